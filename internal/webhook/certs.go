@@ -12,6 +12,8 @@ import (
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -31,7 +33,7 @@ const (
 // tls.key unless told otherwise.
 var DefaultCertDir = filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs")
 
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;update
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;list;watch;update
 
 // CertOptions configures SetupCertRotation.
@@ -91,6 +93,10 @@ func SetupCertRotation(mgr manager.Manager, opts CertOptions) (<-chan struct{}, 
 	}
 	ready := make(chan struct{})
 	secret := types.NamespacedName{Namespace: opts.Namespace, Name: opts.SecretName}
+	// The rotator fills an existing Secret but does not create one.
+	if err := ensureSecret(mgr, secret); err != nil {
+		return nil, fmt.Errorf("webhook certificates: %w", err)
+	}
 	r := &rotator.CertRotator{
 		SecretKey:             secret,
 		CertDir:               opts.CertDir,
@@ -113,6 +119,31 @@ func SetupCertRotation(mgr manager.Manager, opts CertOptions) (<-chan struct{}, 
 		}
 	}
 	return ready, nil
+}
+
+// ensureSecret creates the empty certificate Secret when the install manifests did
+// not, so the rotator has something to fill. Another replica creating it first is fine.
+func ensureSecret(mgr manager.Manager, key types.NamespacedName) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return fmt.Errorf("creating client: %w", err)
+	}
+	var s corev1.Secret
+	err = c.Get(ctx, key, &s)
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("reading secret %s: %w", key, err)
+	}
+	s = corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
+		Labels: map[string]string{"app.kubernetes.io/name": "ironlb", "app.kubernetes.io/component": "webhook"}}}
+	if err := c.Create(ctx, &s); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating secret %s: %w", key, err)
+	}
+	return nil
 }
 
 // Checker is a readiness check that fails until ready is closed and then reports
