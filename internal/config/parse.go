@@ -31,7 +31,10 @@ const (
 // namespaces the selectors are only checked for syntax. L2Advertisements naming a
 // pool that does not exist are accepted (the name is ignored), as in MetalLB.
 //
-// Parse does not modify its arguments and returns a nil Config with the error.
+// Of two overlapping entries, the later one in input order is blamed ("overlaps
+// with already defined CIDR ..."): pass objects oldest first for the most useful
+// message. Parse does not modify its arguments and returns a nil Config with the
+// error.
 func Parse(pools []v1beta1.IPAddressPool, ads []v1beta1.L2Advertisement, namespaces []corev1.Namespace) (*Config, error) {
 	cfg := &Config{Pools: make(map[string]*Pool, len(pools))}
 	var all []error
