@@ -382,6 +382,7 @@ func TestWebhooks(t *testing.T) {
 			t.Errorf("kubectl get l2advertisements:\n%q\nwant:\n%q", ads, wantAds)
 		}
 		wide := run("get", "ipaddresspools", "-n", installNS, "-o", "wide")
+		t.Logf("kubectl get ipaddresspools:\n%s\nkubectl get l2advertisements:\n%s\nkubectl get ipaddresspools -o wide:\n%s", pools, ads, wide)
 		if !strings.Contains(strings.SplitN(wide, "\n", 2)[0], "ASSIGNED IPV4   AVAILABLE IPV4   ASSIGNED IPV6   AVAILABLE IPV6") {
 			t.Errorf("kubectl get ipaddresspools -o wide lacks the usage columns:\n%s", wide)
 		}
