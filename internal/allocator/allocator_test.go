@@ -622,6 +622,18 @@ func TestTreap(t *testing.T) {
 			t.Fatalf("step %d: firstGap %v, want %d", i, g, gap)
 		}
 	}
+	var seq treap
+	for i := range uint64(1 << 16) {
+		seq.insert(u128{0, i})
+	}
+	if d := seq.depth(); d > 60 {
+		t.Fatalf("depth %d after 65536 sequential inserts: unbalanced", d)
+	} else {
+		t.Logf("depth after 65536 sequential inserts: %d", d)
+	}
+	if g := seq.firstGap(); g != (u128{0, 1 << 16}) {
+		t.Fatalf("firstGap %v", g)
+	}
 	var prev *u128
 	tr.walk(func(k u128) {
 		if prev != nil && prev.cmp(k) >= 0 {
