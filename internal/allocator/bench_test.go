@@ -2,6 +2,7 @@ package allocator
 
 import (
 	"fmt"
+	"net/netip"
 	"runtime"
 	"syscall"
 	"testing"
@@ -9,6 +10,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ironlb/ironlb/internal/config"
 )
 
 // cpuClock measures the process's CPU time (user+sys, all threads, so GC is
@@ -235,6 +238,56 @@ func BenchmarkParseService(b *testing.B) {
 	for b.Loop() {
 		if _, _, err := ParseService(s); err != nil {
 			b.Fatal(err)
+		}
+	}
+	cpu.report(b)
+}
+
+// BenchmarkRestore10k is the controller's start-up: a fresh allocator and
+// 10,000 Assign calls replaying Service status (one op = all 10,000).
+func BenchmarkRestore10k(b *testing.B) {
+	const n = 10_000
+	keys := benchKeys("restore", n)
+	ips := make([][]netip.Addr, n)
+	base := netip.MustParseAddr("10.0.0.1")
+	for i := range ips {
+		ips[i] = []netip.Addr{base}
+		base = base.Next()
+	}
+	p := pools(mkPool(b, "p", []string{"10.0.0.0/16"}))
+	var cpu cpuClock
+	b.ReportAllocs()
+	cpu.Start()
+	for b.Loop() {
+		a := New(p)
+		for i, k := range keys {
+			if _, err := a.Assign(k, Request{Namespace: "bench", Ports: tcp(80)}, ips[i]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	cpu.report(b)
+}
+
+// BenchmarkSetPools100k re-evaluates 100,000 holders after a pool edit (one
+// op = one SetPools call; nothing is lost).
+func BenchmarkSetPools100k(b *testing.B) {
+	const n = 100_000
+	a := New(pools(mkPool(b, "p", []string{"10.0.0.0/8"})))
+	fillPool(b, a, benchKeys("sp", n), Request{})
+	edits := []map[string]*config.Pool{
+		pools(mkPool(b, "p", []string{"10.0.0.0/8"}, avoidBuggy)),
+		pools(mkPool(b, "p", []string{"10.0.0.0/8"})),
+	}
+	var cpu cpuClock
+	i := 0
+	b.ReportAllocs()
+	cpu.Start()
+	for b.Loop() {
+		lost := a.SetPools(edits[i%2])
+		i++
+		if len(lost) > 0 && i > 1 {
+			b.Fatalf("lost %d keys", len(lost))
 		}
 	}
 	cpu.report(b)
