@@ -555,11 +555,12 @@ func (a *Allocator) claim(key string, req Request, ips []netip.Addr) (string, *E
 	return p.name, nil
 }
 
+// commit records key as holder of ips, taking ownership of the slice.
 func (a *Allocator) commit(key string, req Request, p *poolState, ips []netip.Addr) {
 	for _, ip := range ips {
 		a.hold(key, req, ip)
 	}
-	a.allocs[key] = &allocation{ips: slices.Clone(ips), pool: p.name, req: holdingOf(req)}
+	a.allocs[key] = &allocation{ips: ips, pool: p.name, req: holdingOf(req)}
 }
 
 // hold adds key as a holder of ip (already validated).

@@ -152,8 +152,8 @@ func BenchmarkSlash16NearlyFull(b *testing.B) {
 	})
 }
 
-// Allocate with 100,000 addresses in use in a huge pool: cost must depend
-// on the addresses in use (log n), not on the pool's size.
+// Allocate in huge pools with 1,000 and 100,000 addresses in use: the cost
+// must grow with log(addresses in use), never with the pool's size.
 func BenchmarkAllocateHugePool(b *testing.B) {
 	for _, c := range []struct {
 		name, cidr string
@@ -162,35 +162,37 @@ func BenchmarkAllocateHugePool(b *testing.B) {
 		{"Slash8", "10.0.0.0/8", Request{}},
 		{"Slash64", "fd00::/64", Request{Families: v6}},
 	} {
-		b.Run(c.name, func(b *testing.B) {
-			const inUse, batch = 100_000, 1000
-			a := New(pools(mkPool(b, "p", []string{c.cidr})))
-			fillPool(b, a, benchKeys("fill", inUse), c.req)
-			keys := benchKeys("new", batch)
-			// Scatter holes below the fill line so the search has work to do.
-			for _, i := range scatter(7, batch, inUse) {
-				a.Release(fmt.Sprintf("bench/fill-%d", i))
-			}
-			next := 0
-			var cpu cpuClock
-			b.ReportAllocs()
-			cpu.Start()
-			for b.Loop() {
-				if next == batch {
-					cpu.pause(b)
-					for _, k := range keys {
-						a.Release(k)
+		for _, inUse := range []int{1_000, 100_000} {
+			b.Run(fmt.Sprintf("%s/inUse=%d", c.name, inUse), func(b *testing.B) {
+				const batch = 500
+				a := New(pools(mkPool(b, "p", []string{c.cidr})))
+				fillPool(b, a, benchKeys("fill", inUse), c.req)
+				keys := benchKeys("new", batch)
+				// Scatter holes below the fill line so the search has work to do.
+				for _, i := range scatter(7, batch, inUse) {
+					a.Release(fmt.Sprintf("bench/fill-%d", i))
+				}
+				next := 0
+				var cpu cpuClock
+				b.ReportAllocs()
+				cpu.Start()
+				for b.Loop() {
+					if next == batch {
+						cpu.pause(b)
+						for _, k := range keys {
+							a.Release(k)
+						}
+						next = 0
+						cpu.resume(b)
 					}
-					next = 0
-					cpu.resume(b)
+					if _, _, err := a.Allocate(keys[next], c.req); err != nil {
+						b.Fatal(err)
+					}
+					next++
 				}
-				if _, _, err := a.Allocate(keys[next], c.req); err != nil {
-					b.Fatal(err)
-				}
-				next++
-			}
-			cpu.report(b)
-		})
+				cpu.report(b)
+			})
+		}
 	}
 }
 
