@@ -216,6 +216,8 @@ func (l *Lab) nodeProcs(n labnet.Host) []Proc {
 		{Name: "kube-proxy-" + n.Name, NS: ns, Args: []string{l.bin("kube-proxy"),
 			"--kubeconfig=" + l.pki("kube-proxy.kubeconfig"),
 			"--hostname-override=" + n.Name,
+			// The node IP, so kube-proxy need not wait for the agent to register the Node.
+			"--bind-address=" + n.IP.String(),
 			"--proxy-mode=iptables",
 			"--cluster-cidr=" + labnet.PodSubnet.String(),
 			// The global conntrack table size is not writable from a namespace.

@@ -82,8 +82,9 @@ func (l *Lab) PidDir() string { return filepath.Join(l.StateDir(), "pids") }
 // PKIDir holds certificates, keys and the components' kubeconfigs.
 func (l *Lab) PKIDir() string { return filepath.Join(l.StateDir(), "pki") }
 
-// NodeDir is a node agent's state directory.
-func (l *Lab) NodeDir(node string) string { return filepath.Join(l.StateDir(), "nodes", node) }
+// NodeDir is a node agent's state directory. It sits directly in .lab because the agent puts
+// pod logs in <state dir>/../logs/pods, which is then PodLogDir.
+func (l *Lab) NodeDir(node string) string { return filepath.Join(l.StateDir(), "node-"+node) }
 
 func (l *Lab) bin(name string) string { return filepath.Join(l.BinDir(), name) }
 
