@@ -20,6 +20,8 @@ type DownOptions struct {
 	KeepLogs bool
 	// Quiet prints nothing unless something fails.
 	Quiet bool
+	// Force removes the lab even when another checkout's lab owns it (see Owner).
+	Force bool
 }
 
 // Down removes the lab: it kills every process in the lab's namespaces, the processes recorded
@@ -31,6 +33,9 @@ func (l *Lab) Down(ctx context.Context, opts DownOptions) error {
 		if !opts.Quiet {
 			l.printf(format, args...)
 		}
+	}
+	if other := l.otherOwner(ctx); other != "" && !opts.Force {
+		return errOtherOwner(other, "not removing it from here")
 	}
 	nss, err := labnet.LabNamespaces(ctx)
 	if err != nil {
@@ -92,6 +97,7 @@ func (l *Lab) Down(ctx context.Context, opts DownOptions) error {
 		report("deleted links: %s\n", strings.Join(links, " "))
 	}
 
+	l.releaseOwner(opts.Force)
 	removed, err := l.removeState(opts.KeepLogs)
 	if err != nil {
 		failed = append(failed, err.Error())

@@ -194,6 +194,10 @@ func (l *Lab) Status(ctx context.Context) error {
 		return err
 	}
 	nss, _ := labnet.LabNamespaces(ctx)
+	if other := l.otherOwner(ctx); other != "" {
+		l.printf("The lab on this machine belongs to the checkout %s: run `bin/lab status` there.\n", other)
+		return nil
+	}
 	if st == nil && len(nss) == 0 {
 		l.printf("No lab is running. Start one with `make lab-up`.\n")
 		return nil

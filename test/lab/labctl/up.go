@@ -45,6 +45,9 @@ func (l *Lab) Up(ctx context.Context, opts UpOptions) error {
 		return err
 	}
 
+	if other := l.otherOwner(ctx); other != "" {
+		return errOtherOwner(other, "not starting a second one")
+	}
 	st, err := l.ReadState()
 	if err != nil {
 		return err
@@ -73,6 +76,9 @@ func (l *Lab) Up(ctx context.Context, opts UpOptions) error {
 	}
 
 	if err := l.BuildPrograms(ctx, opts.NoAgent); err != nil {
+		return err
+	}
+	if err := l.claimOwner(); err != nil {
 		return err
 	}
 	if err := l.up(ctx, topo, opts); err != nil {

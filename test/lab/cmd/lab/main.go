@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -43,13 +44,16 @@ func newRoot() *cobra.Command {
 	lab := func() (*labctl.Lab, error) {
 		dir := root
 		if dir == "" {
-			// bin/lab lives in <repo>/bin; fall back to the working directory.
-			if exe, err := os.Executable(); err == nil {
-				if r, err := labctl.FindRoot(exe); err == nil {
-					return labctl.New(r, os.Stdout), nil
-				}
+			// The checkout we are run from; bin/ may be shared between checkouts (a symlink),
+			// so the executable's location only serves when run from elsewhere.
+			if r, err := labctl.FindRoot("."); err == nil {
+				return labctl.New(r, os.Stdout), nil
 			}
-			dir = "."
+			exe, err := os.Executable()
+			if err != nil {
+				return nil, err
+			}
+			dir = filepath.Dir(exe)
 		}
 		r, err := labctl.FindRoot(dir)
 		if err != nil {
@@ -100,6 +104,7 @@ in place of the kubelet, and a client host mypc (172.18.0.100) on the same segme
 		},
 	}
 	downCmd.Flags().BoolVar(&down.KeepLogs, "keep-logs", false, "keep .lab/logs")
+	downCmd.Flags().BoolVar(&down.Force, "force", false, "remove the lab even if another checkout's lab owns it")
 
 	statusCmd := &cobra.Command{
 		Use:   "status",
