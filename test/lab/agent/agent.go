@@ -59,6 +59,9 @@ type Agent struct {
 
 	mu      sync.Mutex
 	workers map[types.UID]*podWorker
+	// removed holds pods this agent stopped and deleted, until the API
+	// server's delete event arrives, so late updates do not restart them.
+	removed map[types.UID]bool
 	wg      sync.WaitGroup
 
 	svcMu       sync.Mutex
@@ -124,7 +127,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	return &Agent{
 		cfg: cfg, log: cfg.Log, client: client, caData: caData, images: images, ipam: ipam,
-		net: Net{NodeNS: cfg.NetNS}, workers: map[types.UID]*podWorker{},
+		net: Net{NodeNS: cfg.NetNS}, workers: map[types.UID]*podWorker{}, removed: map[types.UID]bool{},
 	}, nil
 }
 
@@ -207,7 +210,7 @@ func (a *Agent) podChanged(ctx context.Context, obj any) {
 		w.update(pod)
 		return
 	}
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || a.removed[pod.UID] {
 		return
 	}
 	w := newPodWorker(a, pod)
@@ -215,9 +218,12 @@ func (a *Agent) podChanged(ctx context.Context, obj any) {
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
-		w.run(ctx)
+		removed := w.run(ctx)
 		a.mu.Lock()
 		delete(a.workers, pod.UID)
+		if removed {
+			a.removed[pod.UID] = true
+		}
 		a.mu.Unlock()
 	}()
 }
@@ -227,6 +233,7 @@ func (a *Agent) podChanged(ctx context.Context, obj any) {
 func (a *Agent) podGone(uid types.UID) {
 	a.mu.Lock()
 	w := a.workers[uid]
+	delete(a.removed, uid)
 	a.mu.Unlock()
 	if w != nil {
 		w.gone()

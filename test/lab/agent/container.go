@@ -472,7 +472,18 @@ func (r *containerRunner) execIn(ctx context.Context, cmd []string) error {
 // command builds the process that runs prog in the pod's network namespace
 // and a private mount namespace with binds.
 func (w *podWorker) command(binds []Bind, workdir, prog string, args []string) *exec.Cmd {
-	pe := PodExecArgs(binds, workdir, prog, args)
+	pod := w.latest()
+	flags := uintptr(syscall.CLONE_NEWNS)
+	hostname := ""
+	if !pod.Spec.HostNetwork && pod.Name != "" {
+		// Pods have their own host name, as in Kubernetes.
+		flags |= syscall.CLONE_NEWUTS
+		hostname = pod.Name
+		if len(hostname) > 63 {
+			hostname = hostname[:63]
+		}
+	}
+	pe := PodExecArgs(binds, hostname, workdir, prog, args)
 	var cmd *exec.Cmd
 	if ns := w.netnsName(); ns != "" {
 		cmd = exec.Command("ip", append([]string{"netns", "exec", ns, w.a.cfg.Self}, pe...)...)
@@ -485,7 +496,7 @@ func (w *podWorker) command(binds []Bind, workdir, prog string, args []string) *
 		// Pods die with the agent (a hard-killed node takes its pods along);
 		// a restarted agent starts them again.
 		Pdeathsig:    syscall.SIGKILL,
-		Unshareflags: syscall.CLONE_NEWNS,
+		Unshareflags: flags,
 	}
 	return cmd
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -65,7 +66,7 @@ func TestPodProcessInNetns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &podWorker{a: &Agent{cfg: Config{Self: self}}, uid: uid, pod: &corev1.Pod{}}
+	w := &podWorker{a: &Agent{cfg: Config{Self: self}}, uid: uid, pod: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "test-pod"}}}
 	src := t.TempDir()
 	if err := os.WriteFile(filepath.Join(src, "token"), []byte("tok-123"), 0o644); err != nil {
 		t.Fatal(err)
@@ -74,7 +75,7 @@ func TestPodProcessInNetns(t *testing.T) {
 	binds := []Bind{{Src: src, Dst: dst, ReadOnly: true}}
 
 	cmd := w.command(binds, "", self, nil)
-	cmd.Env = []string{"ILB_AGENT_TEST_ROLE=whoami", "HOSTNAME=test-pod", "PATH=" + os.Getenv("PATH")}
+	cmd.Env = []string{"ILB_AGENT_TEST_ROLE=whoami", "PATH=" + os.Getenv("PATH")}
 	out := &strings.Builder{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -124,6 +125,9 @@ func TestPodProcessInNetns(t *testing.T) {
 	}
 	if got, err := run("ip", "-o", "addr", "show", "dev", "eth0"); err != nil || !strings.Contains(got, podIP.String()+"/32") {
 		t.Errorf("the container's eth0: %q %v", got, err)
+	}
+	if got, err := run("hostname"); err != nil || strings.TrimSpace(got) != "test-pod" {
+		t.Errorf("the container's host name: %q %v, want test-pod", got, err)
 	}
 	if entries, _ := os.ReadDir(dst); len(entries) != 0 {
 		t.Errorf("the bind mount leaked into the host mount namespace: %v", entries)

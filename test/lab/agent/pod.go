@@ -124,7 +124,8 @@ func (w *podWorker) podForEnv() *corev1.Pod {
 	return p
 }
 
-func (w *podWorker) run(ctx context.Context) {
+// run runs the pod until it is removed (returns true) or the agent stops.
+func (w *podWorker) run(ctx context.Context) bool {
 	w.log.Info("Pod bound to this node")
 	statusCtx, stopStatus := context.WithCancel(context.Background())
 	statusDone := make(chan struct{})
@@ -149,14 +150,14 @@ func (w *podWorker) run(ctx context.Context) {
 	for {
 		if del, _ := w.deleting(); del {
 			w.remove(stopRun)
-			return
+			return true
 		}
 		select {
 		case <-ctx.Done():
 			// Agent shutdown: stop the processes, keep namespace and address.
 			stopRun()
 			w.stopContainers(5 * time.Second)
-			return
+			return false
 		case <-w.notify:
 		case <-allDone:
 			allDone = nil
@@ -560,7 +561,11 @@ func setPodCondition(st *corev1.PodStatus, c corev1.PodCondition, now time.Time)
 func (w *podWorker) baseEnv(ctx context.Context) *Env {
 	e := NewEnv()
 	e.Set("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-	e.Set("HOSTNAME", w.latest().Name)
+	if pod := w.latest(); pod.Spec.HostNetwork {
+		e.Set("HOSTNAME", w.a.cfg.NodeName)
+	} else {
+		e.Set("HOSTNAME", pod.Name)
+	}
 	e.Set("HOME", "/root")
 	host := w.a.kubernetesServiceHost(ctx)
 	addr, err := netip.ParseAddr(host)

@@ -38,9 +38,13 @@ func ParseBind(s string) (Bind, error) {
 	return Bind{}, fmt.Errorf("bind %q: want SRC:DST[:ro]", s)
 }
 
-// PodExecArgs builds the argument list of the pod-exec subcommand.
-func PodExecArgs(binds []Bind, workdir, prog string, args []string) []string {
+// PodExecArgs builds the argument list of the pod-exec subcommand. A
+// non-empty hostname is set in the (then private) UTS namespace.
+func PodExecArgs(binds []Bind, hostname, workdir, prog string, args []string) []string {
 	out := []string{"pod-exec"}
+	if hostname != "" {
+		out = append(out, "--hostname", hostname)
+	}
 	for _, b := range binds {
 		out = append(out, "--bind", b.String())
 	}
@@ -57,7 +61,7 @@ func PodExecArgs(binds []Bind, workdir, prog string, args []string) []string {
 // with the container's program, which keeps the pid the agent waits for.
 func PodExecMain(args []string) error {
 	var binds []Bind
-	var workdir string
+	var workdir, hostname string
 	i := 0
 	for ; i < len(args); i++ {
 		switch args[i] {
@@ -70,6 +74,12 @@ func PodExecMain(args []string) error {
 				return fmt.Errorf("pod-exec: %w", err)
 			}
 			binds = append(binds, b)
+			i++
+		case "--hostname":
+			if i+1 >= len(args) {
+				return errors.New("pod-exec: --hostname needs a value")
+			}
+			hostname = args[i+1]
 			i++
 		case "--workdir":
 			if i+1 >= len(args) {
@@ -92,6 +102,11 @@ done:
 	// Never let our mounts propagate back to the host's mount namespace.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
 		return fmt.Errorf("pod-exec: making / a slave mount: %w", err)
+	}
+	if hostname != "" {
+		if err := unix.Sethostname([]byte(hostname)); err != nil {
+			return fmt.Errorf("pod-exec: setting the host name: %w", err)
+		}
 	}
 	for _, b := range binds {
 		if err := bindMount(b); err != nil {
