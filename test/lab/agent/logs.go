@@ -46,9 +46,7 @@ func (a *Agent) serveKubelet(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })
-	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", a.handleContainerLogs)
+	mux := a.kubeletMux()
 	srv := &http.Server{
 		Addr:              net.JoinHostPort("", strconv.Itoa(a.cfg.KubeletPort)),
 		Handler:           mux,
@@ -66,6 +64,13 @@ func (a *Agent) serveKubelet(ctx context.Context) error {
 		return fmt.Errorf("serving the kubelet endpoint on port %d: %w", a.cfg.KubeletPort, err)
 	}
 	return nil
+}
+
+func (a *Agent) kubeletMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })
+	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", a.handleContainerLogs)
+	return mux
 }
 
 func (a *Agent) handleContainerLogs(w http.ResponseWriter, r *http.Request) {
