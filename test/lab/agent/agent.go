@@ -19,9 +19,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
 )
 
 // Config is the agent's configuration; the lab passes it as flags.
@@ -56,6 +59,9 @@ type Agent struct {
 	images *ImageTable
 	ipam   *IPAM
 	net    Net
+
+	events   record.EventBroadcaster
+	recorder record.EventRecorder
 
 	mu      sync.Mutex
 	workers map[types.UID]*podWorker
@@ -125,7 +131,9 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the API client: %w", err)
 	}
+	events := record.NewBroadcaster()
 	return &Agent{
+		events: events, recorder: events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: cfg.NodeName}),
 		cfg: cfg, log: cfg.Log, client: client, caData: caData, images: images, ipam: ipam,
 		net: Net{NodeNS: cfg.NetNS}, workers: map[types.UID]*podWorker{}, removed: map[types.UID]bool{},
 	}, nil
@@ -151,6 +159,8 @@ func caFromRest(c *rest.Config) ([]byte, error) {
 func (a *Agent) Run(ctx context.Context) error {
 	a.log.Info("Starting lab node agent", "node", a.cfg.NodeName, "nodeIP", a.cfg.NodeIP, "podCIDR", a.cfg.PodCIDR.String(), "netns", a.cfg.NetNS, "images", a.images.Known())
 	a.killLeftovers()
+	a.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.client.CoreV1().Events("")})
+	defer a.events.Shutdown()
 	if err := a.registerNode(ctx); err != nil {
 		return fmt.Errorf("registering node %s: %w", a.cfg.NodeName, err)
 	}

@@ -158,6 +158,9 @@ func (r *containerRunner) loop(ctx context.Context) bool {
 			}
 			r.w.log.Error(err, "Starting container failed", "container", r.spec.Name, "reason", reason)
 			msg := err.Error()
+			if prev := r.snapshot().State.Waiting; prev == nil || prev.Message != msg {
+				r.w.event(corev1.EventTypeWarning, "Failed", "Error: %s: %s", reason, msg)
+			}
 			r.update(func(s *corev1.ContainerStatus) {
 				s.State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}}
 				s.Ready, s.Started = false, ptr.To(false)
@@ -193,6 +196,7 @@ func (r *containerRunner) loop(ctx context.Context) bool {
 		}
 		pod := r.w.latest()
 		msg := fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", backoff, r.spec.Name, pod.Name, pod.Namespace, pod.UID)
+		r.w.event(corev1.EventTypeWarning, "BackOff", "Back-off restarting failed container %s in pod %s_%s(%s)", r.spec.Name, pod.Name, pod.Namespace, pod.UID)
 		r.update(func(s *corev1.ContainerStatus) {
 			s.RestartCount++
 			s.LastTerminationState = corev1.ContainerState{Terminated: term}
@@ -288,6 +292,7 @@ func (r *containerRunner) start(ctx context.Context) (*runningProc, error) {
 		r.markStarted()
 	}
 	w.log.Info("Started container", "container", r.spec.Name, "pid", p.pid, "program", prog, "args", args)
+	w.event(corev1.EventTypeNormal, "Started", "Started container %s", r.spec.Name)
 	writePidfile(filepath.Join(w.dir, r.spec.Name+".pid"), p.pid)
 	go func() {
 		_ = cmd.Wait()
@@ -326,6 +331,7 @@ func (r *containerRunner) supervise(ctx context.Context, p *runningProc) *corev1
 				r.setReady(p, ok)
 				if crossed && err != nil {
 					r.w.log.Info("Readiness probe failed", "container", r.spec.Name, "error", err.Error())
+					r.w.event(corev1.EventTypeWarning, "Unhealthy", "Readiness probe failed: %v", err)
 				}
 			})
 		}
@@ -367,6 +373,8 @@ func (r *containerRunner) supervise(ctx context.Context, p *runningProc) *corev1
 	case <-p.exited:
 	case message = <-r.killReq:
 		r.w.log.Info("Killing container", "container", r.spec.Name, "reason", message)
+		r.w.event(corev1.EventTypeWarning, "Unhealthy", "%s", message)
+		r.w.event(corev1.EventTypeNormal, "Killing", "Container %s failed a probe, will be restarted", r.spec.Name)
 		r.signalAndWait(p, r.w.grace())
 	}
 	cancel()

@@ -92,6 +92,14 @@ func (w *podWorker) deleting() (bool, bool) {
 
 func (w *podWorker) markDirty() { signal(w.dirty) }
 
+// event records a Kubernetes event on the pod (the recorder aggregates repeats).
+func (w *podWorker) event(eventType, reason, format string, args ...any) {
+	if w.a.recorder == nil {
+		return
+	}
+	w.a.recorder.Eventf(w.latest(), eventType, reason, format, args...)
+}
+
 func signal(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:
@@ -333,6 +341,13 @@ func (w *podWorker) remove(stopRun context.CancelFunc) {
 		grace = 0
 	}
 	w.log.Info("Stopping pod", "gracePeriod", grace.String())
+	if !gone {
+		for _, c := range w.mains {
+			if c.snapshot().State.Running != nil {
+				w.event(corev1.EventTypeNormal, "Killing", "Stopping container %s", c.spec.Name)
+			}
+		}
+	}
 	w.stopContainers(grace)
 	stopRun()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
