@@ -45,6 +45,8 @@ type Config struct {
 	// KubernetesServiceHost is used for KUBERNETES_SERVICE_HOST when the
 	// default/kubernetes Service cannot be read.
 	KubernetesServiceHost string
+	// RestConfig, when set, is used instead of Kubeconfig (tests).
+	RestConfig *rest.Config
 	// Self is the agent's own executable, run as `Self pod-exec ...`.
 	Self string
 	Log  logr.Logger
@@ -117,9 +119,13 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	restCfg, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("loading kubeconfig %q: %w", cfg.Kubeconfig, err)
+	restCfg := cfg.RestConfig
+	if restCfg == nil {
+		if restCfg, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig); err != nil {
+			return nil, fmt.Errorf("loading kubeconfig %q: %w", cfg.Kubeconfig, err)
+		}
+	} else {
+		restCfg = rest.CopyConfig(restCfg)
 	}
 	restCfg.UserAgent = "lab-agent/" + cfg.NodeName
 	restCfg.QPS, restCfg.Burst = 50, 100

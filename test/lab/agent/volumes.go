@@ -314,10 +314,14 @@ func (w *podWorker) token(ctx context.Context, pod *corev1.Pod, p *corev1.Servic
 	if ok && now.Before(c.issued.Add(c.expires.Sub(c.issued)*8/10)) {
 		return c.token, nil
 	}
-	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
-		ExpirationSeconds: &exp,
-		BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
-	}}
+	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp}}
+	if pod.Spec.ServiceAccountName != "" {
+		// Bound to the pod, as the kubelet's tokens are. The API server only
+		// binds to pods whose serviceAccountName names the account, which
+		// admission fills in (an API server without the ServiceAccount
+		// admission plugin leaves it empty: then the token is unbound).
+		req.Spec.BoundObjectRef = &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID}
+	}
 	if p.Audience != "" {
 		req.Spec.Audiences = []string{p.Audience}
 	}
