@@ -70,18 +70,26 @@ func TestAgentWithAPIServer(t *testing.T) {
 	imagesPath := filepath.Join(dir, "images.json")
 	os.WriteFile(imagesPath, table, 0o644)
 	port := freePort(t)
-	a, err := New(Config{
-		NodeName: "ilb-test-node", NodeIP: "192.0.2.1", PodCIDR: netip.MustParsePrefix("10.244.78.0/24"),
-		RestConfig: restCfg, StateDir: filepath.Join(dir, "state"), NetNS: nodeNS, Images: imagesPath,
-		KubeletPort: port, Self: self,
-		Log: funcr.New(func(prefix, args string) { t.Log(prefix, args) }, funcr.Options{}),
-	})
-	if err != nil {
-		t.Fatal(err)
+	var a *Agent
+	var stopAgent context.CancelFunc
+	var agentDone chan error
+	startAgent := func() {
+		var err error
+		a, err = New(Config{
+			NodeName: "ilb-test-node", NodeIP: "192.0.2.1", PodCIDR: netip.MustParsePrefix("10.244.78.0/24"),
+			RestConfig: restCfg, StateDir: filepath.Join(dir, "state"), NetNS: nodeNS, Images: imagesPath,
+			KubeletPort: port, Self: self,
+			Log: funcr.New(func(prefix, args string) { t.Log(prefix, args) }, funcr.Options{}),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var agentCtx context.Context
+		agentCtx, stopAgent = context.WithCancel(ctx)
+		agentDone = make(chan error, 1)
+		go func() { agentDone <- a.Run(agentCtx) }()
 	}
-	agentCtx, stopAgent := context.WithCancel(ctx)
-	agentDone := make(chan error, 1)
-	go func() { agentDone <- a.Run(agentCtx) }()
+	startAgent()
 	t.Cleanup(func() {
 		stopAgent()
 		<-agentDone
@@ -196,6 +204,55 @@ func TestAgentWithAPIServer(t *testing.T) {
 			(w.Reason == "ErrImagePull" || w.Reason == "ImagePullBackOff") &&
 			strings.Contains(w.Message, "image nginx:1.27 is not in the lab's image table (known: traefik/whoami)"), nil
 	})
+
+	// Restart policies: Never keeps a failed container terminated, OnFailure
+	// does not restart a successful one.
+	for name, tc := range map[string]struct {
+		policy corev1.RestartPolicy
+		script string
+		phase  corev1.PodPhase
+		code   int32
+	}{
+		"fail-never":   {corev1.RestartPolicyNever, "exit 3", corev1.PodFailed, 3},
+		"ok-onfailure": {corev1.RestartPolicyOnFailure, "exit 0", corev1.PodSucceeded, 0},
+	} {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{
+			NodeName: "ilb-test-node", RestartPolicy: tc.policy,
+			Containers: []corev1.Container{{Name: "c", Image: "traefik/whoami", Command: []string{"sh", "-c", tc.script}}}}}
+		if _, err := client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		poll(name+" pod "+string(tc.phase), func() (bool, error) {
+			p, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil || p.Status.Phase != tc.phase || len(p.Status.ContainerStatuses) != 1 {
+				return false, nil
+			}
+			term := p.Status.ContainerStatuses[0].State.Terminated
+			return term != nil && term.ExitCode == tc.code && p.Status.ContainerStatuses[0].RestartCount == 0, nil
+		})
+		if err := client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// An agent restart keeps the pod's address and runs it again.
+	stopAgent()
+	if err := <-agentDone; err != nil {
+		t.Fatalf("agent Run: %v", err)
+	}
+	startAgent()
+	poll("whoami pod Ready again after an agent restart", func() (bool, error) {
+		p, err := client.CoreV1().Pods(ns).Get(ctx, "whoami-1", metav1.GetOptions{})
+		if err != nil || len(p.Status.ContainerStatuses) != 1 {
+			return false, nil
+		}
+		cs := p.Status.ContainerStatuses[0]
+		return podReady(p) && cs.RestartCount == 1 && cs.State.Running != nil && p.Status.PodIP == "10.244.78.2", nil
+	})
+	out, err = exec.CommandContext(ctx, "ip", "netns", "exec", nodeNS, "curl", "-sS", "--noproxy", "*", "--max-time", "5", "http://10.244.78.2:8080/").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "Hostname: whoami-1") {
+		t.Errorf("curl the pod after the agent restart: %v\n%s", err, out)
+	}
 
 	// Graceful deletion: the agent stops the process, frees the network and deletes the object.
 	podNS, _ := PodNetNames(got.UID)
