@@ -430,7 +430,39 @@ func (r *containerRunner) stop(grace time.Duration) {
 	r.signalAndWait(&runningProc{pid: proc.Pid, exited: exited}, grace)
 }
 
+// preStop runs the container's preStop hook (exec, httpGet or sleep) within
+// grace and returns the grace left for SIGTERM.
+func (r *containerRunner) preStop(p *runningProc, grace time.Duration) time.Duration {
+	lc := r.spec.Lifecycle
+	if lc == nil || lc.PreStop == nil || grace <= 0 {
+		return grace
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	h := lc.PreStop
+	var err error
+	switch {
+	case h.Exec != nil:
+		err = r.execIn(ctx, h.Exec.Command)
+	case h.HTTPGet != nil:
+		err = probeHTTP(ctx, h.HTTPGet, ProbeTarget{Host: r.w.podForEnv().Status.PodIP, Ports: r.spec.Ports})
+	case h.Sleep != nil:
+		select {
+		case <-time.After(time.Duration(h.Sleep.Seconds) * time.Second):
+		case <-ctx.Done():
+		case <-p.exited:
+		}
+	}
+	if err != nil {
+		r.w.log.Info("PreStop hook failed", "container", r.spec.Name, "error", err.Error())
+		r.w.event(corev1.EventTypeWarning, "FailedPreStopHook", "PreStopHook failed: %v", err)
+	}
+	return max(grace-time.Since(start), 0)
+}
+
 func (r *containerRunner) signalAndWait(p *runningProc, grace time.Duration) {
+	grace = r.preStop(p, grace)
 	if grace > 0 {
 		_ = syscall.Kill(-p.pid, syscall.SIGTERM)
 		t := time.NewTimer(grace)
