@@ -188,6 +188,15 @@ func (l *Lab) up(ctx context.Context, topo *labnet.Topology, opts UpOptions) err
 		done()
 	}
 
+	done = l.step("waiting for the default service account")
+	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	err = waitDefaultServiceAccount(sctx, client)
+	cancel()
+	if err != nil {
+		return err
+	}
+	done()
+
 	done = l.step("waiting for kube-proxy's KUBE-SERVICES chain on every node")
 	if err := waitKubeProxyChains(ctx, topo); err != nil {
 		return err
