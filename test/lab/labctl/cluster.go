@@ -182,8 +182,6 @@ func (l *Lab) controlPlaneProcs(t *labnet.Topology) []Proc {
 			"--v=1"}},
 		{Name: "kube-controller-manager", NS: ns, Args: []string{l.bin("kube-controller-manager"),
 			"--kubeconfig=" + l.pki("kube-controller-manager.kubeconfig"),
-			"--authentication-kubeconfig=" + l.pki("kube-controller-manager.kubeconfig"),
-			"--authorization-kubeconfig=" + l.pki("kube-controller-manager.kubeconfig"),
 			"--bind-address=127.0.0.1", "--leader-elect=false",
 			"--controllers=*,bootstrapsigner,tokencleaner",
 			"--use-service-account-credentials=true",
@@ -196,8 +194,6 @@ func (l *Lab) controlPlaneProcs(t *labnet.Topology) []Proc {
 			"--v=1"}},
 		{Name: "kube-scheduler", NS: ns, Args: []string{l.bin("kube-scheduler"),
 			"--kubeconfig=" + l.pki("kube-scheduler.kubeconfig"),
-			"--authentication-kubeconfig=" + l.pki("kube-scheduler.kubeconfig"),
-			"--authorization-kubeconfig=" + l.pki("kube-scheduler.kubeconfig"),
 			"--bind-address=127.0.0.1", "--leader-elect=false", "--profiling=false", "--v=1"}},
 	}
 }

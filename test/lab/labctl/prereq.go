@@ -14,6 +14,7 @@ import (
 // aptPrograms maps each program the lab (or a test on a lab host) needs to its Debian package.
 var aptPrograms = map[string]string{
 	"ip":        "iproute2",
+	"nsenter":   "util-linux",
 	"iptables":  "iptables",
 	"conntrack": "conntrack",
 	"curl":      "curl",
