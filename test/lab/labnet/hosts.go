@@ -64,10 +64,12 @@ type Host struct {
 	Node bool
 	// ControlPlane is true for the control-plane node.
 	ControlPlane bool
+
+	nsPrefix string
 }
 
 // NS is the host's network namespace name.
-func (h Host) NS() string { return NSPrefix + h.Name }
+func (h Host) NS() string { return h.nsPrefix + h.Name }
 
 // SwitchPort is the name of the host's veth end in the switch namespace.
 func (h Host) SwitchPort() string { return fmt.Sprintf("ilbp%d", h.IP.As4()[3]) }
@@ -75,15 +77,21 @@ func (h Host) SwitchPort() string { return fmt.Sprintf("ilbp%d", h.IP.As4()[3]) 
 // Topology is the set of hosts of one lab.
 type Topology struct {
 	Hosts []Host
+	// Prefix prefixes the namespace names (NSPrefix for the lab).
+	Prefix string
 }
 
-// New returns the topology with a control plane, the given number of workers and mypc.
+// New returns the lab's topology: a control plane, the given number of workers and mypc.
 // Workers are named like kind's: myk8s-worker, myk8s-worker2, myk8s-worker3, ...
-func New(workers int) (*Topology, error) {
+func New(workers int) (*Topology, error) { return NewWithPrefix(workers, NSPrefix) }
+
+// NewWithPrefix returns the same topology with other namespace names (prefix + host name,
+// prefix + "sw"), so a test can build one next to a running lab.
+func NewWithPrefix(workers int, prefix string) (*Topology, error) {
 	if workers < 0 || workers > MaxWorkers {
 		return nil, fmt.Errorf("worker count %d: must be between 0 and %d", workers, MaxWorkers)
 	}
-	t := &Topology{}
+	t := &Topology{Prefix: prefix}
 	for i := 0; i <= workers; i++ {
 		name := ControlPlaneName
 		if i == 1 {
@@ -91,14 +99,18 @@ func New(workers int) (*Topology, error) {
 		} else if i > 1 {
 			name = fmt.Sprintf("myk8s-worker%d", i)
 		}
-		t.Hosts = append(t.Hosts, newHost(name, byte(i+2), netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 10, byte(i), 0}), 24), i == 0))
+		t.Hosts = append(t.Hosts, newHost(prefix, name, byte(i+2), netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 10, byte(i), 0}), 24), i == 0))
 	}
-	t.Hosts = append(t.Hosts, newHost(ClientName, ClientIP.As4()[3], netip.Prefix{}, false))
+	t.Hosts = append(t.Hosts, newHost(prefix, ClientName, ClientIP.As4()[3], netip.Prefix{}, false))
 	return t, nil
 }
 
-func newHost(name string, last byte, podCIDR netip.Prefix, cp bool) Host {
+// SwitchNS is the namespace holding the bridge.
+func (t *Topology) SwitchNS() string { return t.Prefix + "sw" }
+
+func newHost(prefix, name string, last byte, podCIDR netip.Prefix, cp bool) Host {
 	return Host{
+		nsPrefix:     prefix,
 		Name:         name,
 		IP:           netip.AddrFrom4([4]byte{172, 18, 0, last}),
 		MAC:          fmt.Sprintf("02:42:ac:12:00:%02x", last),
@@ -121,7 +133,7 @@ func (t *Topology) Nodes() []Host {
 
 // Host returns the host with the given name; "ilb-" in front of it is accepted too.
 func (t *Topology) Host(name string) (Host, bool) {
-	name = strings.TrimPrefix(name, NSPrefix)
+	name = strings.TrimPrefix(name, t.Prefix)
 	for _, h := range t.Hosts {
 		if h.Name == name {
 			return h, true

@@ -3,6 +3,7 @@ package labnet
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -76,10 +77,9 @@ func TestBuildAndForward(t *testing.T) {
 		t.Skip("needs iproute2 (ip)")
 	}
 	ctx := context.Background()
-	if nss, _ := LabNamespaces(ctx); len(nss) > 0 {
-		t.Skipf("a lab is running (namespaces %v); run `bin/lab down` to run this test", nss)
-	}
-	topo, err := New(1)
+	// Names of our own, so the test runs next to a lab (or the lab's smoke test).
+	prefix := fmt.Sprintf("ilb-nt%d-", os.Getpid()%100000)
+	topo, err := NewWithPrefix(1, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestBuildAndForward(t *testing.T) {
 		for _, h := range topo.Hosts {
 			_, _ = IP(ctx, "netns", "del", h.NS())
 		}
-		_, _ = IP(ctx, "netns", "del", SwitchNS)
+		_, _ = IP(ctx, "netns", "del", topo.SwitchNS())
 	})
 	if err := topo.Build(ctx); err != nil {
 		t.Fatal(err)
@@ -131,7 +131,11 @@ func TestBuildAndForward(t *testing.T) {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	// Dial from mypc's namespace: across the bridge.
-	c, err := DialInNS(dctx, "ilb-mypc", netip.AddrPortFrom(cp.IP, 7777))
+	mypc, _ := topo.Host(ClientName)
+	if IsLabNS(mypc.NS()) {
+		t.Fatalf("test namespace %s would be taken for the lab's", mypc.NS())
+	}
+	c, err := DialInNS(dctx, mypc.NS(), netip.AddrPortFrom(cp.IP, 7777))
 	if err != nil {
 		t.Fatal(err)
 	}
