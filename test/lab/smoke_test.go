@@ -55,8 +55,13 @@ func TestSmoke(t *testing.T) {
 	labBin := filepath.Join(root, "bin", "lab")
 	run(t, root, "go", "build", "-o", labBin, "./test/lab/cmd/lab")
 
+	// LAB_PROXY_MODE=nftables runs the same test with kube-proxy in nftables mode.
+	mode := os.Getenv("LAB_PROXY_MODE")
+	if mode == "" {
+		mode = labctl.ProxyIptables
+	}
 	start := time.Now()
-	upOut, upErr := command(root, labBin, "up")
+	upOut, upErr := command(root, labBin, "up", "--proxy-mode", mode)
 	t.Logf("lab up (%.1fs):\n%s", time.Since(start).Seconds(), upOut)
 
 	var client kubernetes.Interface
@@ -189,16 +194,18 @@ func TestSmoke(t *testing.T) {
 		url := fmt.Sprintf("http://%s:%d/", worker.IP, nodePort.Spec.Ports[0].NodePort)
 		pollHostname(t, ctx, l, labnet.ClientName, url)
 	})
-	t.Run("KubeProxyChains", func(t *testing.T) {
+	t.Run("KubeProxyRules", func(t *testing.T) {
+		// iptables: KUBE-SERVICES has a rule commented with the Service's name; nftables:
+		// the service-ips map has its ClusterIP.
+		list, want := labctl.KubeProxyRulesCommand(mode), smokeNS+"/lab-smoke-clusterip"
+		if mode == labctl.ProxyNftables {
+			list, want = []string{"nft", "list", "map", "ip", "kube-proxy", "service-ips"}, clusterIP.Spec.ClusterIP+" "
+		}
 		for _, n := range topo.Nodes() {
-			out, err := command(root, "ip", "netns", "exec", n.NS(), "iptables", "-w", "-t", "nat", "-S", "KUBE-SERVICES")
-			if err != nil {
-				t.Errorf("node %s has no KUBE-SERVICES chain: %v\n%s", n.Name, err, out)
-				continue
-			}
-			if !strings.Contains(out, "lab-smoke-clusterip") {
-				t.Errorf("node %s: KUBE-SERVICES has no rule for the smoke Service:\n%s", n.Name, out)
-			}
+			poll(t, ctx, 30*time.Second, fmt.Sprintf("kube-proxy rules for the smoke Service on %s", n.Name), func() (bool, string) {
+				out, err := command(root, "ip", append([]string{"netns", "exec", n.NS()}, list...)...)
+				return err == nil && strings.Contains(out, want), out
+			})
 		}
 	})
 	if t.Failed() {

@@ -21,6 +21,7 @@ var aptPrograms = map[string]string{
 	"arping":    "arping",
 	"ndisc6":    "ndisc6",
 	"tcpdump":   "tcpdump",
+	"nft":       "nftables",
 }
 
 // KubeBinaries are built by `make tools` from the pinned Kubernetes module.
