@@ -185,7 +185,7 @@ func TestSmoke(t *testing.T) {
 	})
 	t.Run("ClusterIPFromPod", func(t *testing.T) {
 		// The pod's own namespace is the agent's ilb-p-* namespace holding its IP.
-		ns := podNamespace(t, ctx, pods[0].Status.PodIP)
+		ns := podNamespace(t, ctx, l, pods[0].Status.PodIP)
 		url := fmt.Sprintf("http://%s/", clusterIP.Spec.ClusterIP)
 		pollHostname(t, ctx, l, ns, url)
 	})
@@ -214,10 +214,19 @@ func TestSmoke(t *testing.T) {
 
 	// Everything the lab runs, to check that down leaves no process behind.
 	labPids := labProcesses(t, ctx, l)
+	podNSs := l.PodNamespaces(ctx)
+	if len(podNSs) < 2 {
+		t.Errorf("found %d pod namespaces of the lab (%v), want at least the 2 whoami pods'", len(podNSs), podNSs)
+	}
 	down(false)
 	t.Run("DownLeavesNothing", func(t *testing.T) {
 		if nss, _ := labnet.LabNamespaces(ctx); len(nss) > 0 {
 			t.Errorf("namespaces left: %v", nss)
+		}
+		for _, ns := range podNSs {
+			if labnet.NSExists(ns) {
+				t.Errorf("pod namespace %s left", ns)
+			}
 		}
 		if links, _ := labnet.RootLinks(ctx); len(links) > 0 {
 			t.Errorf("links left in the root namespace: %v", links)
@@ -247,16 +256,10 @@ func pollHostname(t *testing.T, ctx context.Context, l *labctl.Lab, host, url st
 }
 
 // podNamespace finds the pod network namespace that holds ip.
-func podNamespace(t *testing.T, ctx context.Context, ip string) string {
+func podNamespace(t *testing.T, ctx context.Context, l *labctl.Lab, ip string) string {
 	t.Helper()
-	nss, err := labnet.LabNamespaces(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nss := l.PodNamespaces(ctx)
 	for _, ns := range nss {
-		if !strings.HasPrefix(ns, "ilb-p-") {
-			continue
-		}
 		out, _ := labnet.IP(ctx, "-n", ns, "-br", "addr")
 		if strings.Contains(out, " "+ip+"/") {
 			return ns
@@ -279,7 +282,7 @@ func labProcesses(t *testing.T, ctx context.Context, l *labctl.Lab) []int {
 		}
 	}
 	nss, _ := labnet.LabNamespaces(ctx)
-	for _, ns := range nss {
+	for _, ns := range append(nss, l.PodNamespaces(ctx)...) {
 		p, _ := labnet.NSPids(ctx, ns)
 		pids = append(pids, p...)
 	}

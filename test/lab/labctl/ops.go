@@ -18,10 +18,18 @@ import (
 	"github.com/ironlb/ironlb/test/lab/labnet"
 )
 
-// hostNS resolves a host name (mypc, a node name, or a lab namespace name) to its namespace.
+// hostNS resolves a host name (mypc, a node name, a lab namespace name or one of the lab's
+// pod namespaces) to its namespace.
 func (l *Lab) hostNS(host string) (string, error) {
 	if labnet.IsLabNS(host) && labnet.NSExists(host) {
 		return host, nil
+	}
+	if labnet.IsPodNS(host) {
+		for _, ns := range l.PodNamespaces(context.Background()) {
+			if ns == host {
+				return ns, nil
+			}
+		}
 	}
 	ns := labnet.NSPrefix + host
 	if labnet.IsLabNS(ns) && labnet.NSExists(ns) {

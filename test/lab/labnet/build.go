@@ -125,8 +125,15 @@ func (t *Topology) Check(ctx context.Context) error {
 }
 
 // RootLinks returns links in the root namespace that the lab may have left behind.
-func RootLinks(ctx context.Context) ([]string, error) {
-	out, err := IP(ctx, "-o", "link", "show")
+func RootLinks(ctx context.Context) ([]string, error) { return Links(ctx, "", IsLabLink) }
+
+// Links returns the names of the links in a namespace ("" = the current one) that match.
+func Links(ctx context.Context, ns string, match func(string) bool) ([]string, error) {
+	args := []string{"-o", "link", "show"}
+	if ns != "" {
+		args = append([]string{"-n", ns}, args...)
+	}
+	out, err := IP(ctx, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +147,7 @@ func RootLinks(ctx context.Context) ([]string, error) {
 		if i := strings.Index(name, "@"); i >= 0 {
 			name = name[:i]
 		}
-		if IsLabLink(name) {
+		if match(name) {
 			links = append(links, name)
 		}
 	}

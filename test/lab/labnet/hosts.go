@@ -145,17 +145,35 @@ func (t *Topology) Host(name string) (Host, bool) {
 // ControlPlane returns the control-plane node.
 func (t *Topology) ControlPlane() Host { return t.Hosts[0] }
 
-// labNSPattern matches the namespaces the lab and its node agent create: the switch, the
-// hosts (myk8s-* nodes and mypc) and pods (ilb-p-<8 hex>). Other "ilb-" namespaces, such as
-// ones a unit test makes, are not the lab's and are left alone.
-var labNSPattern = regexp.MustCompile(`^ilb-(sw|mypc|myk8s-[a-z0-9-]+|p-[0-9a-f]{8})$`)
+// labNSPattern matches the host namespaces of the lab: the switch, the nodes (myk8s-*) and
+// mypc. Other "ilb-" namespaces, such as ones a unit test makes, are not the lab's.
+var labNSPattern = regexp.MustCompile(`^ilb-(sw|mypc|myk8s-[a-z0-9-]+)$`)
 
-// IsLabNS reports whether a namespace name is one the lab (or its node agent) creates.
+// IsLabNS reports whether a namespace name is one of the lab's host namespaces.
 func IsLabNS(name string) bool { return labNSPattern.MatchString(name) }
 
-// labRootLinkPattern matches links the lab or its agent may leave in the root namespace after a
-// crash between creating a veth and moving it: pod veths (vp<8 hex>) and lab ports (ilbp<n>).
-var labRootLinkPattern = regexp.MustCompile(`^(vp[0-9a-f]{8}|ilbp[0-9]+|ilbbr0)$`)
+// podNSPattern matches pod namespaces as node agents name them (ilb-p-<8 hex>). Agents in
+// other tests use the same names, so a pod namespace is the lab's only when one of the lab's
+// nodes holds its veth or the lab's agent state records it.
+var podNSPattern = regexp.MustCompile(`^ilb-p-[0-9a-f]{8}$`)
+
+// IsPodNS reports whether a namespace name has the shape of a pod namespace.
+func IsPodNS(name string) bool { return podNSPattern.MatchString(name) }
+
+var podVethPattern = regexp.MustCompile(`^vp([0-9a-f]{8})$`)
+
+// PodNSOfVeth returns the pod namespace behind a node-side pod veth (vp<8 hex>), or "".
+func PodNSOfVeth(veth string) string {
+	m := podVethPattern.FindStringSubmatch(veth)
+	if m == nil {
+		return ""
+	}
+	return NSPrefix + "p-" + m[1]
+}
+
+// labRootLinkPattern matches links the lab could leave in the root namespace (it creates its
+// veths directly inside namespaces, so normally none).
+var labRootLinkPattern = regexp.MustCompile(`^(ilbp[0-9]+|ilbbr0)$`)
 
 // IsLabLink reports whether a link name in the root namespace is one the lab may have made.
 func IsLabLink(name string) bool { return labRootLinkPattern.MatchString(name) }

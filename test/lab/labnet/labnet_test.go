@@ -51,7 +51,7 @@ func TestTopologyNames(t *testing.T) {
 
 func TestOwnership(t *testing.T) {
 	for name, want := range map[string]bool{
-		"ilb-sw": true, "ilb-mypc": true, "ilb-myk8s-worker12": true, "ilb-p-0123abcd": true,
+		"ilb-sw": true, "ilb-mypc": true, "ilb-myk8s-worker12": true, "ilb-p-0123abcd": false,
 		"ilb-l2test": false, "ilb-p-xyz": false, "ilb-swx": false, "other": false,
 	} {
 		if got := IsLabNS(name); got != want {
@@ -59,11 +59,17 @@ func TestOwnership(t *testing.T) {
 		}
 	}
 	for name, want := range map[string]bool{
-		"vp0123abcd": true, "ilbp3": true, "ilbbr0": true, "eth0": false, "vpn0": false, "ilb0": false,
+		"vp0123abcd": false, "ilbp3": true, "ilbbr0": true, "eth0": false, "vpn0": false, "ilb0": false,
 	} {
 		if got := IsLabLink(name); got != want {
 			t.Errorf("IsLabLink(%q) = %v, want %v", name, got, want)
 		}
+	}
+	if got := PodNSOfVeth("vp0123abcd"); got != "ilb-p-0123abcd" || !IsPodNS(got) {
+		t.Errorf("PodNSOfVeth(vp0123abcd) = %q", got)
+	}
+	if got := PodNSOfVeth("vpn0"); got != "" {
+		t.Errorf("PodNSOfVeth(vpn0) = %q, want none", got)
 	}
 }
 
