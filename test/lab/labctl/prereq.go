@@ -97,6 +97,9 @@ func (l *Lab) BuildPrograms(ctx context.Context, onlyPresent bool) error {
 		args = append(args, p.pkg)
 		names = append(names, "bin/"+p.name)
 	}
+	if err := os.MkdirAll(l.BinDir(), 0o755); err != nil {
+		return err
+	}
 	done := l.step("building %s", strings.Join(names, ", "))
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = l.Root
