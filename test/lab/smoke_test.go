@@ -208,6 +208,25 @@ func TestSmoke(t *testing.T) {
 			})
 		}
 	})
+	t.Run("SecondUpReportsRunningLab", func(t *testing.T) {
+		out, err := command(root, labBin, "up", "--proxy-mode", mode)
+		if err != nil || !strings.Contains(out, "already running") {
+			t.Errorf("second lab up: %v\n%s", err, out)
+		}
+	})
+	t.Run("KillAndRestoreNode", func(t *testing.T) {
+		node, _ := topo.Host("myk8s-worker3")
+		run(t, root, labBin, "kill-node", node.Name)
+		if pids, _ := labnet.NSPids(ctx, node.NS()); len(pids) > 0 {
+			t.Errorf("processes left in %s after kill-node: %v", node.NS(), pids)
+		}
+		if out, _ := labnet.IP(ctx, "-n", node.NS(), "-br", "link", "show", "eth0"); !strings.Contains(out, "DOWN") {
+			t.Errorf("eth0 of %s after kill-node: %s", node.Name, out)
+		}
+		run(t, root, labBin, "restore-node", node.Name)
+		url := fmt.Sprintf("http://%s:%d/", node.IP, nodePort.Spec.Ports[0].NodePort)
+		pollHostname(t, ctx, l, labnet.ClientName, url)
+	})
 	if t.Failed() {
 		return
 	}
