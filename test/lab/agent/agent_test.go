@@ -205,6 +205,30 @@ func TestAgentWithAPIServer(t *testing.T) {
 			strings.Contains(w.Message, "image nginx:1.27 is not in the lab's image table (known: traefik/whoami)"), nil
 	})
 
+	// A hostNetwork pod runs in the node's namespace with the node's address.
+	hostPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "hostnet"}, Spec: corev1.PodSpec{
+		NodeName: "ilb-test-node", HostNetwork: true, TerminationGracePeriodSeconds: ptr.To[int64](2),
+		Containers: []corev1.Container{{Name: "whoami", Image: "traefik/whoami",
+			Env: []corev1.EnvVar{{Name: "ILB_AGENT_TEST_ROLE", Value: "whoami"}}}}}}
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, hostPod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll("hostNetwork pod Running with the node IP", func() (bool, error) {
+		p, err := client.CoreV1().Pods(ns).Get(ctx, "hostnet", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning && podReady(p) && p.Status.PodIP == "192.0.2.1", nil
+	})
+	poll("hostNetwork whoami answering on the node address", func() (bool, error) {
+		out, err := exec.CommandContext(ctx, "ip", "netns", "exec", nodeNS, "curl", "-sS", "--noproxy", "*", "--max-time", "2", "http://192.0.2.1:8080/").CombinedOutput()
+		return err == nil && strings.Contains(string(out), "Hostname: ilb-test-node"), nil
+	})
+	if err := client.CoreV1().Pods(ns).Delete(ctx, "hostnet", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll("hostNetwork pod gone", func() (bool, error) {
+		_, err := client.CoreV1().Pods(ns).Get(ctx, "hostnet", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+
 	// Restart policies: Never keeps a failed container terminated, OnFailure
 	// does not restart a successful one.
 	for name, tc := range map[string]struct {

@@ -156,9 +156,10 @@ func (r *containerRunner) loop(ctx context.Context) bool {
 			case errors.As(err, &ce), errors.Is(err, exec.ErrNotFound), errors.Is(err, os.ErrNotExist):
 				reason = "CreateContainerError"
 			}
-			r.w.log.Error(err, "Starting container failed", "container", r.spec.Name, "reason", reason)
 			msg := err.Error()
 			if prev := r.snapshot().State.Waiting; prev == nil || prev.Message != msg {
+				// Log and record only changes; retries of the same failure are quiet.
+				r.w.log.Error(err, "Starting container failed", "container", r.spec.Name, "reason", reason)
 				r.w.event(corev1.EventTypeWarning, "Failed", "Error: %s: %s", reason, msg)
 			}
 			r.update(func(s *corev1.ContainerStatus) {
