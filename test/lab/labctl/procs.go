@@ -65,6 +65,8 @@ func (l *Lab) start(p Proc) (int, error) {
 	}
 	pid := cmd.Process.Pid
 	// Reap it if it dies while we are still running, so it never lingers as a zombie of ours.
+	// This goroutine needs no context: it ends when the process does, or with the (short-lived)
+	// lab command, after which init adopts the daemon.
 	go func() { _ = cmd.Wait() }()
 	// The start time (which exec does not change) guards against a recycled pid later.
 	rec := fmt.Sprintf("%d %d\n", pid, startTime(pid))

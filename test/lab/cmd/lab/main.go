@@ -6,14 +6,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log"
 	"net"
 	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/spf13/cobra"
 
 	"github.com/ironlb/ironlb/test/lab/labctl"
@@ -219,8 +220,10 @@ in place of the kubelet, and a client host mypc (172.18.0.100) on the same segme
 			if err != nil {
 				return fmt.Errorf("opening the listener: %w", err)
 			}
-			logger := log.New(os.Stderr, "forward: ", log.LstdFlags)
-			logger.Printf("relaying %s to %s in %s", lis.Addr(), target, fwd.netns)
+			logger := funcr.New(func(prefix, args string) {
+				fmt.Fprintln(os.Stderr, time.Now().UTC().Format(time.RFC3339), prefix, args)
+			}, funcr.Options{})
+			logger.Info("Relaying", "listen", lis.Addr().String(), "target", target.String(), "netns", fwd.netns)
 			f := &labnet.Forwarder{NS: fwd.netns, Target: target, Log: logger}
 			return f.Serve(c.Context(), lis)
 		},
