@@ -130,3 +130,28 @@ $(HELM): | $(LOCALBIN)
 	$(call go-install-tool,$(HELM),helm.sh/helm/v3/cmd/helm,$(HELM_VERSION))
 $(GOLANGCI_LINT): | $(LOCALBIN)
 	$(call go-install-tool,$(GOLANGCI_LINT),github.com/golangci/golangci-lint/v2/cmd/golangci-lint,$(GOLANGCI_LINT_VERSION))
+
+##@ Lab
+
+LAB ?= $(LOCALBIN)/lab
+LAB_WORKERS ?= 3
+
+.PHONY: lab
+lab: ## Build the lab command into ./bin/lab.
+	go build -o $(LAB) ./test/lab/cmd/lab
+
+.PHONY: lab-up
+lab-up: lab $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Bring the lab cluster up in network namespaces (LAB_WORKERS=3).
+	$(LAB) up --workers $(LAB_WORKERS)
+
+.PHONY: lab-down
+lab-down: lab ## Remove the lab: every ilb-* namespace, link, process and .lab.
+	$(LAB) down
+
+.PHONY: lab-status
+lab-status: lab ## Show the lab's hosts, processes, memory and nodes.
+	$(LAB) status
+
+.PHONY: test-lab
+test-lab: lab $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Run the lab smoke test (root; brings a lab up and down).
+	go test ./test/lab/ -run TestSmoke -count=1 -v -timeout 15m

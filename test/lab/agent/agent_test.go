@@ -1,0 +1,321 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// TestAgentWithAPIServer runs the agent against a real API server (envtest
+// with the repository's bin/etcd and bin/kube-apiserver): node registration
+// and lease, a whoami pod in its own namespace with env from a Secret and the
+// downward API, an exec readiness probe that also checks the mounted
+// service-account token, kubectl-logs style access, an unknown image, and
+// graceful deletion.
+func TestAgentWithAPIServer(t *testing.T) {
+	requireRoot(t)
+	_, file, _, _ := runtime.Caller(0)
+	binDir := filepath.Join(filepath.Dir(file), "..", "..", "..", "bin")
+	for _, b := range []string{"etcd", "kube-apiserver"} {
+		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
+			t.Skipf("skipping: %s not built yet (make tools): %v", b, err)
+		}
+	}
+	env := &envtest.Environment{BinaryAssetsDirectory: binDir}
+	restCfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("starting envtest: %v", err)
+	}
+	t.Cleanup(func() { env.Stop() })
+	client := kubernetes.NewForConfigOrDie(restCfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	nodeNS := fmt.Sprintf("ilb-t%d-node", os.Getpid())
+	if err := runIP(ctx, "netns", "add", nodeNS); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { runIP(context.Background(), "netns", "del", nodeNS) })
+	for _, args := range [][]string{{"link", "set", "lo", "up"}, {"addr", "add", "192.0.2.1/32", "dev", "lo"}} {
+		if err := runIP(ctx, append([]string{"-n", nodeNS}, args...)...); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	self, _ := os.Executable()
+	dir := t.TempDir()
+	table, _ := json.Marshal(ImageTable{Images: map[string]ImageEntry{"traefik/whoami": {Program: self}}})
+	imagesPath := filepath.Join(dir, "images.json")
+	os.WriteFile(imagesPath, table, 0o644)
+	port := freePort(t)
+	var a *Agent
+	var stopAgent context.CancelFunc
+	var agentDone chan error
+	startAgent := func() {
+		var err error
+		a, err = New(Config{
+			NodeName: "ilb-test-node", NodeIP: "192.0.2.1", PodCIDR: netip.MustParsePrefix("10.244.78.0/24"),
+			RestConfig: restCfg, StateDir: filepath.Join(dir, "state"), NetNS: nodeNS, Images: imagesPath,
+			KubeletPort: port, Self: self,
+			Log: funcr.New(func(prefix, args string) { t.Log(prefix, args) }, funcr.Options{}),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var agentCtx context.Context
+		agentCtx, stopAgent = context.WithCancel(ctx)
+		agentDone = make(chan error, 1)
+		go func() { agentDone <- a.Run(agentCtx) }()
+	}
+	startAgent()
+	t.Cleanup(func() {
+		stopAgent()
+		<-agentDone
+		// Pods the test did not delete: remove their namespaces.
+		for _, k := range a.ipam.Keys() {
+			a.net.Teardown(context.Background(), types.UID(k))
+		}
+	})
+
+	poll := func(what string, cond func() (bool, error)) {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 90*time.Second, true, func(context.Context) (bool, error) { return cond() })
+		if err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+	}
+	poll("node Ready", func() (bool, error) {
+		n, err := client.CoreV1().Nodes().Get(ctx, "ilb-test-node", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				return n.Spec.PodCIDR == "10.244.78.0/24" && n.Status.DaemonEndpoints.KubeletEndpoint.Port == int32(port), nil
+			}
+		}
+		return false, nil
+	})
+	poll("node lease", func() (bool, error) {
+		_, err := client.CoordinationV1().Leases("kube-node-lease").Get(ctx, "ilb-test-node", metav1.GetOptions{})
+		return err == nil, nil
+	})
+
+	ns := "default"
+	if _, err := client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if _, err := client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "memberlist"}, StringData: map[string]string{"secretkey": "s3cret"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "whoami-1"},
+		Spec: corev1.PodSpec{
+			NodeName:                      "ilb-test-node",
+			TerminationGracePeriodSeconds: ptr.To[int64](5),
+			Containers: []corev1.Container{{
+				Name: "whoami", Image: "docker.io/traefik/whoami:v1.10",
+				Env: []corev1.EnvVar{
+					{Name: "ILB_AGENT_TEST_ROLE", Value: "whoami"},
+					{Name: "KEY", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "memberlist"}, Key: "secretkey"}}},
+					{Name: "MY_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
+				},
+				ReadinessProbe: &corev1.Probe{
+					PeriodSeconds: 1,
+					ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"sh", "-c",
+						`test -s /var/run/secrets/kubernetes.io/serviceaccount/token && test "$KEY" = s3cret && test -n "$MY_IP" && curl -sf --noproxy '*' http://127.0.0.1:8080/health`}}},
+				},
+			}},
+		},
+	}
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var got *corev1.Pod
+	poll("whoami pod Running and Ready", func() (bool, error) {
+		p, err := client.CoreV1().Pods(ns).Get(ctx, "whoami-1", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		got = p
+		return p.Status.Phase == corev1.PodRunning && podReady(p), nil
+	})
+	if got.Status.PodIP != "10.244.78.2" || got.Status.HostIP != "192.0.2.1" {
+		t.Errorf("pod addresses: podIP=%s hostIP=%s", got.Status.PodIP, got.Status.HostIP)
+	}
+	cs := got.Status.ContainerStatuses
+	if len(cs) != 1 || !cs[0].Ready || cs[0].State.Running == nil || cs[0].Started == nil || !*cs[0].Started {
+		t.Errorf("container status: %+v", cs)
+	}
+	out, err := exec.CommandContext(ctx, "ip", "netns", "exec", nodeNS, "curl", "-sS", "--noproxy", "*", "--max-time", "5", "http://10.244.78.2:8080/").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "Hostname: whoami-1") {
+		t.Errorf("curl the pod from its node: %v\n%s", err, out)
+	}
+
+	// The kubelet endpoint serves the container's log file.
+	os.WriteFile(a.containerLogPath(ns, "whoami-1", "whoami"), []byte("hello from the log\n"), 0o644)
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, Proxy: nil}}
+	resp, err := hc.Get(fmt.Sprintf("https://127.0.0.1:%d/containerLogs/%s/whoami-1/whoami", port, ns))
+	if err != nil {
+		t.Errorf("kubelet endpoint: %v", err)
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(b), "hello from the log") {
+			t.Errorf("containerLogs answer: %d %q", resp.StatusCode, b)
+		}
+	}
+
+	// An image the lab does not have: Pending with a clear reason.
+	bad := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "nginx-1"}, Spec: corev1.PodSpec{
+		NodeName: "ilb-test-node", Containers: []corev1.Container{{Name: "nginx", Image: "nginx:1.27"}}}}
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, bad, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll("nginx pod waiting with an image pull error", func() (bool, error) {
+		p, err := client.CoreV1().Pods(ns).Get(ctx, "nginx-1", metav1.GetOptions{})
+		if err != nil || len(p.Status.ContainerStatuses) != 1 {
+			return false, nil
+		}
+		w := p.Status.ContainerStatuses[0].State.Waiting
+		return p.Status.Phase == corev1.PodPending && w != nil &&
+			(w.Reason == "ErrImagePull" || w.Reason == "ImagePullBackOff") &&
+			strings.Contains(w.Message, "image nginx:1.27 is not in the lab's image table (known: traefik/whoami)"), nil
+	})
+
+	// A hostNetwork pod runs in the node's namespace with the node's address.
+	hostPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "hostnet"}, Spec: corev1.PodSpec{
+		NodeName: "ilb-test-node", HostNetwork: true, TerminationGracePeriodSeconds: ptr.To[int64](2),
+		Containers: []corev1.Container{{Name: "whoami", Image: "traefik/whoami",
+			Env: []corev1.EnvVar{{Name: "ILB_AGENT_TEST_ROLE", Value: "whoami"}}}}}}
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, hostPod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll("hostNetwork pod Running with the node IP", func() (bool, error) {
+		p, err := client.CoreV1().Pods(ns).Get(ctx, "hostnet", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning && podReady(p) && p.Status.PodIP == "192.0.2.1", nil
+	})
+	poll("hostNetwork whoami answering on the node address", func() (bool, error) {
+		out, err := exec.CommandContext(ctx, "ip", "netns", "exec", nodeNS, "curl", "-sS", "--noproxy", "*", "--max-time", "2", "http://192.0.2.1:8080/").CombinedOutput()
+		return err == nil && strings.Contains(string(out), "Hostname: ilb-test-node"), nil
+	})
+	if err := client.CoreV1().Pods(ns).Delete(ctx, "hostnet", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll("hostNetwork pod gone", func() (bool, error) {
+		_, err := client.CoreV1().Pods(ns).Get(ctx, "hostnet", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+
+	// Restart policies: Never keeps a failed container terminated, OnFailure
+	// does not restart a successful one.
+	for name, tc := range map[string]struct {
+		policy corev1.RestartPolicy
+		script string
+		phase  corev1.PodPhase
+		code   int32
+	}{
+		"fail-never":   {corev1.RestartPolicyNever, "exit 3", corev1.PodFailed, 3},
+		"ok-onfailure": {corev1.RestartPolicyOnFailure, "exit 0", corev1.PodSucceeded, 0},
+	} {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{
+			NodeName: "ilb-test-node", RestartPolicy: tc.policy,
+			Containers: []corev1.Container{{Name: "c", Image: "traefik/whoami", Command: []string{"sh", "-c", tc.script}}}}}
+		if _, err := client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		poll(name+" pod "+string(tc.phase), func() (bool, error) {
+			p, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil || p.Status.Phase != tc.phase || len(p.Status.ContainerStatuses) != 1 {
+				return false, nil
+			}
+			term := p.Status.ContainerStatuses[0].State.Terminated
+			return term != nil && term.ExitCode == tc.code && p.Status.ContainerStatuses[0].RestartCount == 0, nil
+		})
+		if err := client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// An agent restart keeps the pod's address and runs it again.
+	stopAgent()
+	if err := <-agentDone; err != nil {
+		t.Fatalf("agent Run: %v", err)
+	}
+	startAgent()
+	poll("whoami pod Ready again after an agent restart", func() (bool, error) {
+		p, err := client.CoreV1().Pods(ns).Get(ctx, "whoami-1", metav1.GetOptions{})
+		if err != nil || len(p.Status.ContainerStatuses) != 1 {
+			return false, nil
+		}
+		cs := p.Status.ContainerStatuses[0]
+		return podReady(p) && cs.RestartCount == 1 && cs.State.Running != nil && p.Status.PodIP == "10.244.78.2", nil
+	})
+	out, err = exec.CommandContext(ctx, "ip", "netns", "exec", nodeNS, "curl", "-sS", "--noproxy", "*", "--max-time", "5", "http://10.244.78.2:8080/").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "Hostname: whoami-1") {
+		t.Errorf("curl the pod after the agent restart: %v\n%s", err, out)
+	}
+
+	// Graceful deletion: the agent stops the process, frees the network and deletes the object.
+	podNS, _ := PodNetNames(got.UID)
+	if err := client.CoreV1().Pods(ns).Delete(ctx, "whoami-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll("whoami pod gone", func() (bool, error) {
+		_, err := client.CoreV1().Pods(ns).Get(ctx, "whoami-1", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if NetnsExists(podNS) {
+		t.Errorf("pod namespace %s left behind", podNS)
+	}
+	if _, ok := a.ipam.Lookup(string(got.UID)); ok {
+		t.Errorf("pod address not released")
+	}
+	if err := client.CoreV1().Pods(ns).Delete(ctx, "nginx-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll("nginx pod gone", func() (bool, error) {
+		_, err := client.CoreV1().Pods(ns).Get(ctx, "nginx-1", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

@@ -1,0 +1,15 @@
+// Package agent is the lab's node agent: a small stand-in for the kubelet.
+//
+// It registers a Node, keeps its Lease and status fresh, and runs the pods the
+// scheduler binds to it as ordinary processes. Images map to local programs
+// through an image table; pods without hostNetwork get their own network
+// namespace behind a veth pair with an address from the node's pod CIDR. The
+// agent resolves environment variables, materialises volumes (secret,
+// configMap, emptyDir, projected service-account tokens, downwardAPI), runs
+// probes, reports pod status and serves container logs the way the kubelet's
+// /containerLogs endpoint does, so `kubectl logs` works.
+//
+// It is not a container runtime: processes share the host file system (only a
+// private mount namespace per container, for the bind-mounted volumes), and
+// there are no cgroups, resource limits or user namespaces.
+package agent

@@ -1,0 +1,193 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"runtime"
+)
+
+func (a *Agent) containerLogPath(namespace, pod, container string) string {
+	return filepath.Join(a.cfg.LogDir, namespace+"_"+pod+"_"+container+".log")
+}
+
+func (a *Agent) nodeAllocatable() corev1.ResourceList {
+	return corev1.ResourceList{
+		corev1.ResourceCPU:    *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI),
+		corev1.ResourceMemory: *resource.NewQuantity(memTotal(), resource.BinarySI),
+	}
+}
+
+// serveKubelet serves the part of the kubelet API the API server uses for
+// `kubectl logs`: GET /containerLogs/{namespace}/{pod}/{container} with
+// follow, tailLines and limitBytes, over HTTPS with a self-signed certificate
+// (the API server does not verify kubelet certificates unless it is given
+// --kubelet-certificate-authority).
+func (a *Agent) serveKubelet(ctx context.Context) error {
+	cert, err := selfSignedCert(a.cfg.NodeName, a.cfg.NodeIP)
+	if err != nil {
+		return err
+	}
+	mux := a.kubeletMux()
+	srv := &http.Server{
+		Addr:              net.JoinHostPort("", strconv.Itoa(a.cfg.KubeletPort)),
+		Handler:           mux,
+		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	}()
+	if err := srv.ListenAndServeTLS("", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serving the kubelet endpoint on port %d: %w", a.cfg.KubeletPort, err)
+	}
+	return nil
+}
+
+func (a *Agent) kubeletMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })
+	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", a.handleContainerLogs)
+	return mux
+}
+
+func (a *Agent) handleContainerLogs(w http.ResponseWriter, r *http.Request) {
+	ns, pod, container := r.PathValue("namespace"), r.PathValue("pod"), r.PathValue("container")
+	q := r.URL.Query()
+	path := a.containerLogPath(ns, pod, container)
+	f, err := os.Open(path)
+	if err != nil {
+		http.Error(w, fmt.Sprintf("no logs for container %q in pod %s/%s on node %s", container, ns, pod, a.cfg.NodeName), http.StatusNotFound)
+		return
+	}
+	defer f.Close()
+	limit := int64(-1)
+	if s := q.Get("limitBytes"); s != "" {
+		if n, err := strconv.ParseInt(s, 10, 64); err == nil && n > 0 {
+			limit = n
+		}
+	}
+	tail := -1
+	if s := q.Get("tailLines"); s != "" {
+		if n, err := strconv.Atoi(s); err == nil && n >= 0 {
+			tail = n
+		}
+	}
+	if tail >= 0 {
+		if off, err := tailOffset(f, tail); err == nil {
+			f.Seek(off, io.SeekStart)
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain")
+	var out io.Writer = w
+	if limit >= 0 {
+		out = &limitWriter{w: w, n: limit}
+	}
+	if _, err := io.Copy(out, f); err != nil {
+		return
+	}
+	if q.Get("follow") != "true" {
+		return
+	}
+	flusher, _ := w.(http.Flusher)
+	for {
+		if flusher != nil {
+			flusher.Flush()
+		}
+		select {
+		case <-r.Context().Done():
+			return
+		case <-time.After(250 * time.Millisecond):
+		}
+		if _, err := io.Copy(out, f); err != nil {
+			return
+		}
+		if a.workerByName(ns, pod) == nil {
+			return
+		}
+	}
+}
+
+type limitWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (l *limitWriter) Write(p []byte) (int, error) {
+	if l.n <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > l.n {
+		p = p[:l.n]
+	}
+	n, err := l.w.Write(p)
+	l.n -= int64(n)
+	return n, err
+}
+
+// tailOffset returns the offset of the last n lines of f.
+func tailOffset(f *os.File, n int) (int64, error) {
+	var offsets []int64
+	var pos int64
+	br := bufio.NewReader(f)
+	for {
+		line, err := br.ReadBytes('\n')
+		if len(line) > 0 {
+			offsets = append(offsets, pos)
+			pos += int64(len(line))
+		}
+		if err != nil {
+			break
+		}
+	}
+	if n >= len(offsets) {
+		return 0, nil
+	}
+	return offsets[len(offsets)-n], nil
+}
+
+func selfSignedCert(nodeName, nodeIP string) (tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("generating the kubelet serving key: %w", err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: nodeName},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(365 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames:     []string{nodeName},
+	}
+	if ip := net.ParseIP(nodeIP); ip != nil {
+		tmpl.IPAddresses = []net.IP{ip}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("creating the kubelet serving certificate: %w", err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
+}

@@ -1,0 +1,169 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Bind is one bind mount a container gets: Src on the host at Dst.
+type Bind struct {
+	Src, Dst string
+	ReadOnly bool
+}
+
+func (b Bind) String() string {
+	s := b.Src + ":" + b.Dst
+	if b.ReadOnly {
+		s += ":ro"
+	}
+	return s
+}
+
+// ParseBind parses SRC:DST[:ro].
+func ParseBind(s string) (Bind, error) {
+	parts := strings.Split(s, ":")
+	switch {
+	case len(parts) == 2:
+		return Bind{Src: parts[0], Dst: parts[1]}, nil
+	case len(parts) == 3 && (parts[2] == "ro" || parts[2] == "rw"):
+		return Bind{Src: parts[0], Dst: parts[1], ReadOnly: parts[2] == "ro"}, nil
+	}
+	return Bind{}, fmt.Errorf("bind %q: want SRC:DST[:ro]", s)
+}
+
+// PodExecArgs builds the argument list of the pod-exec subcommand. A
+// non-empty hostname is set in the (then private) UTS namespace.
+func PodExecArgs(binds []Bind, hostname, workdir, prog string, args []string) []string {
+	out := []string{"pod-exec"}
+	if hostname != "" {
+		out = append(out, "--hostname", hostname)
+	}
+	for _, b := range binds {
+		out = append(out, "--bind", b.String())
+	}
+	if workdir != "" {
+		out = append(out, "--workdir", workdir)
+	}
+	out = append(out, "--", prog)
+	return append(out, args...)
+}
+
+// PodExecMain is the pod-exec subcommand (args after "pod-exec"). It runs in
+// a private mount namespace (the agent starts it through `ip netns exec` or
+// with CLONE_NEWNS), bind-mounts the container's volumes and replaces itself
+// with the container's program, which keeps the pid the agent waits for.
+func PodExecMain(args []string) error {
+	var binds []Bind
+	var workdir, hostname string
+	i := 0
+	for ; i < len(args); i++ {
+		switch args[i] {
+		case "--bind":
+			if i+1 >= len(args) {
+				return errors.New("pod-exec: --bind needs a value")
+			}
+			b, err := ParseBind(args[i+1])
+			if err != nil {
+				return fmt.Errorf("pod-exec: %w", err)
+			}
+			binds = append(binds, b)
+			i++
+		case "--hostname":
+			if i+1 >= len(args) {
+				return errors.New("pod-exec: --hostname needs a value")
+			}
+			hostname = args[i+1]
+			i++
+		case "--workdir":
+			if i+1 >= len(args) {
+				return errors.New("pod-exec: --workdir needs a value")
+			}
+			workdir = args[i+1]
+			i++
+		case "--":
+			i++
+			goto done
+		default:
+			return fmt.Errorf("pod-exec: unknown argument %q", args[i])
+		}
+	}
+done:
+	if i >= len(args) {
+		return errors.New("pod-exec: no program after --")
+	}
+	prog, argv := args[i], args[i:]
+	// Never let our mounts propagate back to the host's mount namespace.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+		return fmt.Errorf("pod-exec: making / a slave mount: %w", err)
+	}
+	if hostname != "" {
+		if err := unix.Sethostname([]byte(hostname)); err != nil {
+			return fmt.Errorf("pod-exec: setting the host name: %w", err)
+		}
+	}
+	for _, b := range binds {
+		if err := bindMount(b); err != nil {
+			return err
+		}
+	}
+	if workdir != "" {
+		if err := os.MkdirAll(workdir, 0o755); err != nil {
+			return fmt.Errorf("pod-exec: workingDir: %w", err)
+		}
+		if err := os.Chdir(workdir); err != nil {
+			return fmt.Errorf("pod-exec: workingDir: %w", err)
+		}
+	}
+	if !strings.Contains(prog, "/") {
+		p, err := exec.LookPath(prog)
+		if err != nil {
+			return fmt.Errorf("pod-exec: %w", err)
+		}
+		prog = p
+	}
+	if err := syscall.Exec(prog, argv, os.Environ()); err != nil {
+		return fmt.Errorf("pod-exec: exec %s: %w", prog, err)
+	}
+	return nil
+}
+
+func bindMount(b Bind) error {
+	st, err := os.Stat(b.Src)
+	if err != nil {
+		return fmt.Errorf("pod-exec: bind source: %w", err)
+	}
+	// The mount point must exist; it is created on the shared file system
+	// (an empty directory or file), the mount itself stays private.
+	if st.IsDir() {
+		if err := os.MkdirAll(b.Dst, 0o755); err != nil {
+			return fmt.Errorf("pod-exec: mount point %s: %w", b.Dst, err)
+		}
+	} else {
+		if err := os.MkdirAll(filepath.Dir(b.Dst), 0o755); err != nil {
+			return fmt.Errorf("pod-exec: mount point %s: %w", b.Dst, err)
+		}
+		if _, err := os.Stat(b.Dst); errors.Is(err, os.ErrNotExist) {
+			f, err := os.OpenFile(b.Dst, os.O_CREATE|os.O_WRONLY, 0o644)
+			if err != nil {
+				return fmt.Errorf("pod-exec: mount point %s: %w", b.Dst, err)
+			}
+			f.Close()
+		}
+	}
+	if err := unix.Mount(b.Src, b.Dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("pod-exec: bind %s at %s: %w", b.Src, b.Dst, err)
+	}
+	if b.ReadOnly {
+		if err := unix.Mount("", b.Dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+			return fmt.Errorf("pod-exec: read-only remount of %s: %w", b.Dst, err)
+		}
+	}
+	return nil
+}

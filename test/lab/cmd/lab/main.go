@@ -1,0 +1,238 @@
+// Command lab runs the ironlb lab: a real Kubernetes cluster in network namespaces (see
+// package labctl). It only parses flags; the work is done by test/lab/labctl and labnet.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
+	"github.com/spf13/cobra"
+
+	"github.com/ironlb/ironlb/test/lab/labctl"
+	"github.com/ironlb/ironlb/test/lab/labnet"
+)
+
+// exitError carries a command's exit code through cobra (lab exec).
+type exitError int
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := newRoot().ExecuteContext(ctx)
+	var ee exitError
+	if errors.As(err, &ee) {
+		os.Exit(int(ee))
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "lab:", err)
+		os.Exit(1)
+	}
+}
+
+func newRoot() *cobra.Command {
+	var root string
+	lab := func() (*labctl.Lab, error) {
+		dir := root
+		if dir == "" {
+			// The checkout we are run from; bin/ may be shared between checkouts (a symlink),
+			// so the executable's location only serves when run from elsewhere.
+			if r, err := labctl.FindRoot("."); err == nil {
+				return labctl.New(r, os.Stdout), nil
+			}
+			exe, err := os.Executable()
+			if err != nil {
+				return nil, err
+			}
+			dir = filepath.Dir(exe)
+		}
+		r, err := labctl.FindRoot(dir)
+		if err != nil {
+			return nil, err
+		}
+		return labctl.New(r, os.Stdout), nil
+	}
+	cmd := &cobra.Command{
+		Use:   "lab",
+		Short: "run a real Kubernetes cluster in network namespaces for ironlb's tests",
+		Long: `lab brings up the walkthrough's cluster without a container engine: a control plane
+(172.18.0.2) and workers (172.18.0.3...) as network namespaces on a bridge, real etcd,
+kube-apiserver, kube-controller-manager, kube-scheduler and kube-proxy, the lab's node agent
+in place of the kubelet, and a client host mypc (172.18.0.100) on the same segment.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	cmd.PersistentFlags().StringVar(&root, "root", "", "repository root (default: found from bin/lab or the working directory)")
+
+	var up labctl.UpOptions
+	upCmd := &cobra.Command{
+		Use:   "up",
+		Short: "bring the lab up (reports the running lab if it is up already)",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			l, err := lab()
+			if err != nil {
+				return err
+			}
+			return l.Up(c.Context(), up)
+		},
+	}
+	upCmd.Flags().IntVar(&up.Workers, "workers", labctl.DefaultWorkers, "number of worker nodes")
+	upCmd.Flags().StringVar(&up.ProxyMode, "proxy-mode", labctl.ProxyIptables, "kube-proxy mode: iptables or nftables")
+	upCmd.Flags().BoolVar(&up.NoAgent, "no-agent", false, "start no node agents (network and control plane only; for debugging the lab)")
+	upCmd.Flags().DurationVar(&up.NodesTimeout, "nodes-timeout", 0, "how long to wait for the nodes to be Ready (default 90s)")
+
+	var down labctl.DownOptions
+	downCmd := &cobra.Command{
+		Use:   "down",
+		Short: "remove every namespace, link, process and file of the lab",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			l, err := lab()
+			if err != nil {
+				return err
+			}
+			return l.Down(c.Context(), down)
+		},
+	}
+	downCmd.Flags().BoolVar(&down.KeepLogs, "keep-logs", false, "keep .lab/logs")
+	downCmd.Flags().BoolVar(&down.Force, "force", false, "remove the lab even if another checkout's lab owns it")
+
+	statusCmd := &cobra.Command{
+		Use:   "status",
+		Short: "show hosts, processes, memory and nodes",
+		Args:  cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			l, err := lab()
+			if err != nil {
+				return err
+			}
+			return l.Status(c.Context())
+		},
+	}
+
+	execCmd := &cobra.Command{
+		Use:   "exec HOST -- CMD [ARGS...]",
+		Short: "run a command on a lab host (mypc or a node name) in its network namespace",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(c *cobra.Command, args []string) error {
+			l, err := lab()
+			if err != nil {
+				return err
+			}
+			code, err := l.Exec(c.Context(), args[0], args[1:], os.Stdin, os.Stdout, os.Stderr)
+			if err != nil {
+				return err
+			}
+			if code != 0 {
+				return exitError(code)
+			}
+			return nil
+		},
+	}
+
+	killCmd := &cobra.Command{
+		Use:   "kill-node NODE",
+		Short: "crash a node: SIGKILL its processes and pods, take its link down",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			l, err := lab()
+			if err != nil {
+				return err
+			}
+			return l.KillNode(c.Context(), args[0])
+		},
+	}
+	restoreCmd := &cobra.Command{
+		Use:   "restore-node NODE",
+		Short: "bring a killed node back: link up, restart its processes",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			l, err := lab()
+			if err != nil {
+				return err
+			}
+			return l.RestoreNode(c.Context(), args[0])
+		},
+	}
+
+	var container string
+	logsCmd := &cobra.Command{
+		Use:   "logs [NAMESPACE/]POD",
+		Short: "print a pod's container logs (as written by the node agent)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			l, err := lab()
+			if err != nil {
+				return err
+			}
+			return l.Logs(args[0], container, os.Stdout)
+		},
+	}
+	logsCmd.Flags().StringVarP(&container, "container", "c", "", "container name (default: all)")
+
+	envCmd := &cobra.Command{
+		Use:   "env",
+		Short: "print the shell line that points kubectl at the lab",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			l, err := lab()
+			if err != nil {
+				return err
+			}
+			fmt.Printf("export KUBECONFIG=%s\n", l.Kubeconfig())
+			return nil
+		},
+	}
+
+	var fwd struct {
+		fd     int
+		listen string
+		netns  string
+		target string
+	}
+	forwardCmd := &cobra.Command{
+		Use:    "forward",
+		Short:  "relay TCP from the root namespace to an address inside a lab namespace (started by lab up)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			target, err := netip.ParseAddrPort(fwd.target)
+			if err != nil {
+				return fmt.Errorf("--target %q: %w", fwd.target, err)
+			}
+			var lis net.Listener
+			if fwd.fd > 0 {
+				lis, err = net.FileListener(os.NewFile(uintptr(fwd.fd), "listener"))
+			} else {
+				lis, err = net.Listen("tcp", fwd.listen)
+			}
+			if err != nil {
+				return fmt.Errorf("opening the listener: %w", err)
+			}
+			logger := funcr.New(func(prefix, args string) {
+				fmt.Fprintln(os.Stderr, time.Now().UTC().Format(time.RFC3339), prefix, args)
+			}, funcr.Options{})
+			logger.Info("Relaying", "listen", lis.Addr().String(), "target", target.String(), "netns", fwd.netns)
+			f := &labnet.Forwarder{NS: fwd.netns, Target: target, Log: logger}
+			return f.Serve(c.Context(), lis)
+		},
+	}
+	forwardCmd.Flags().IntVar(&fwd.fd, "listen-fd", 0, "inherited listening socket")
+	forwardCmd.Flags().StringVar(&fwd.listen, "listen", "127.0.0.1:36443", "address to listen on when no --listen-fd is given")
+	forwardCmd.Flags().StringVar(&fwd.netns, "netns", "", "network namespace to dial from")
+	forwardCmd.Flags().StringVar(&fwd.target, "target", "", "address to dial, IP:PORT")
+
+	cmd.AddCommand(upCmd, downCmd, statusCmd, execCmd, killCmd, restoreCmd, logsCmd, envCmd, forwardCmd)
+	return cmd
+}

@@ -1,0 +1,93 @@
+package labctl
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestFindRoot(t *testing.T) {
+	root, err := FindRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "test", "lab", "labctl")); err != nil {
+		t.Errorf("FindRoot = %s, which has no test/lab/labctl", root)
+	}
+	if _, err := FindRoot("/"); err == nil {
+		t.Errorf("FindRoot(/) succeeded")
+	}
+}
+
+func TestPidFileDetectsReuse(t *testing.T) {
+	l := New(t.TempDir(), &bytes.Buffer{})
+	if err := os.MkdirAll(l.PidDir(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	self := os.Getpid()
+	write := func(name, content string) {
+		if err := os.WriteFile(l.pidFile(name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("me", fmt.Sprintf("%d %d\n", self, startTime(self)))
+	write("recycled", fmt.Sprintf("%d %d\n", self, startTime(self)+1))
+	procs, err := l.Procs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]ProcInfo{}
+	for _, p := range procs {
+		got[p.Name] = p
+	}
+	if p := got["me"]; !p.Alive || p.Pid != self || p.RSSKB == 0 {
+		t.Errorf("own pid file: %+v, want alive with RSS", p)
+	}
+	if p := got["recycled"]; p.Alive || p.Pid != 0 {
+		t.Errorf("pid file with another start time: %+v, want not alive", p)
+	}
+	if d := descendants([]int{os.Getppid()}); !contains(d, self) {
+		t.Errorf("descendants of our parent %v do not include us (%d)", d, self)
+	}
+}
+
+func TestLogs(t *testing.T) {
+	l := New(t.TempDir(), &bytes.Buffer{})
+	if err := os.MkdirAll(l.PodLogDir(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string]string{
+		"default_web_app.log": "app line\n", "default_web_sidecar.log": "sidecar line\n",
+		"metallb-system_speaker-x_speaker.log": "speaker line\n",
+	} {
+		if err := os.WriteFile(filepath.Join(l.PodLogDir(), name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out bytes.Buffer
+	if err := l.Logs("web", "", &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "app line") || !strings.Contains(out.String(), "sidecar line") {
+		t.Errorf("logs of all containers = %q", out.String())
+	}
+	out.Reset()
+	if err := l.Logs("metallb-system/speaker-x", "speaker", &out); err != nil || out.String() != "speaker line\n" {
+		t.Errorf("logs = %q, %v", out.String(), err)
+	}
+	if err := l.Logs("nope", "", &out); err == nil {
+		t.Errorf("logs of a missing pod succeeded")
+	}
+}
+
+func contains(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,179 @@
+// Package labnet builds the lab's network: one network namespace per host, a switch namespace
+// holding a bridge, veths between them, node addresses, direct routes between the nodes' pod
+// CIDRs, and a TCP forwarder that lets the root namespace reach a lab address without any
+// route into the lab subnets.
+//
+// Everything it creates is named with the "ilb" prefix (namespaces "ilb-<host>", the switch
+// "ilb-sw", the bridge "ilbbr0", switch ports "ilbp<n>") and lives inside namespaces it made,
+// so tearing down is deleting those namespaces. It drives iproute2 (`ip`), which the lab
+// installs as a prerequisite, because that keeps every step visible and reproducible by hand.
+package labnet
+
+import (
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strings"
+)
+
+// Fixed names and subnets of the lab (they mirror the kind cluster of the walkthrough).
+const (
+	// NSPrefix prefixes every namespace the lab (and its node agent) creates.
+	NSPrefix = "ilb-"
+	// SwitchNS holds the bridge every host hangs off.
+	SwitchNS = "ilb-sw"
+	// Bridge is the bridge device inside SwitchNS.
+	Bridge = "ilbbr0"
+	// HostIf is the host side of each host's veth, inside the host namespace.
+	HostIf = "eth0"
+	// ClusterPrefixLen is the node subnet's prefix length (172.18.0.0/16, as kind's network).
+	ClusterPrefixLen = 16
+	// ControlPlaneName is the name of the control-plane node.
+	ControlPlaneName = "myk8s-control-plane"
+	// ClientName is the host outside the cluster.
+	ClientName = "mypc"
+	// MaxWorkers bounds the worker count so every host keeps an address below mypc's.
+	MaxWorkers = 90
+)
+
+var (
+	// NodeSubnet is the L2 segment of the nodes and the client.
+	NodeSubnet = netip.MustParsePrefix("172.18.0.0/16")
+	// PodSubnet is the cluster's pod CIDR; node N gets 10.10.N.0/24.
+	PodSubnet = netip.MustParsePrefix("10.10.0.0/16")
+	// ServiceSubnet is the service CIDR; the kubernetes Service is its first address.
+	ServiceSubnet = netip.MustParsePrefix("10.200.1.0/24")
+	// KubernetesServiceIP is the ClusterIP of the default/kubernetes Service.
+	KubernetesServiceIP = netip.MustParseAddr("10.200.1.1")
+	// ClientIP is mypc's address.
+	ClientIP = netip.MustParseAddr("172.18.0.100")
+)
+
+// Host is one machine of the lab: a node or the client.
+type Host struct {
+	// Name is the host name: a Kubernetes node name or "mypc".
+	Name string
+	// IP is the address of eth0 in 172.18.0.0/16.
+	IP netip.Addr
+	// MAC is eth0's address, derived from IP like Docker does (02:42:ac:12:00:NN), so tests can
+	// predict which MAC answers for an address.
+	MAC string
+	// PodCIDR is the node's pod range; invalid for the client.
+	PodCIDR netip.Prefix
+	// Node is true for Kubernetes nodes.
+	Node bool
+	// ControlPlane is true for the control-plane node.
+	ControlPlane bool
+
+	nsPrefix string
+}
+
+// NS is the host's network namespace name.
+func (h Host) NS() string { return h.nsPrefix + h.Name }
+
+// SwitchPort is the name of the host's veth end in the switch namespace.
+func (h Host) SwitchPort() string { return fmt.Sprintf("ilbp%d", h.IP.As4()[3]) }
+
+// Topology is the set of hosts of one lab.
+type Topology struct {
+	Hosts []Host
+	// Prefix prefixes the namespace names (NSPrefix for the lab).
+	Prefix string
+}
+
+// New returns the lab's topology: a control plane, the given number of workers and mypc.
+// Workers are named like kind's: myk8s-worker, myk8s-worker2, myk8s-worker3, ...
+func New(workers int) (*Topology, error) { return NewWithPrefix(workers, NSPrefix) }
+
+// NewWithPrefix returns the same topology with other namespace names (prefix + host name,
+// prefix + "sw"), so a test can build one next to a running lab.
+func NewWithPrefix(workers int, prefix string) (*Topology, error) {
+	if workers < 0 || workers > MaxWorkers {
+		return nil, fmt.Errorf("worker count %d: must be between 0 and %d", workers, MaxWorkers)
+	}
+	t := &Topology{Prefix: prefix}
+	for i := 0; i <= workers; i++ {
+		name := ControlPlaneName
+		if i == 1 {
+			name = "myk8s-worker"
+		} else if i > 1 {
+			name = fmt.Sprintf("myk8s-worker%d", i)
+		}
+		t.Hosts = append(t.Hosts, newHost(prefix, name, byte(i+2), netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 10, byte(i), 0}), 24), i == 0))
+	}
+	t.Hosts = append(t.Hosts, newHost(prefix, ClientName, ClientIP.As4()[3], netip.Prefix{}, false))
+	return t, nil
+}
+
+// SwitchNS is the namespace holding the bridge.
+func (t *Topology) SwitchNS() string { return t.Prefix + "sw" }
+
+func newHost(prefix, name string, last byte, podCIDR netip.Prefix, cp bool) Host {
+	return Host{
+		nsPrefix:     prefix,
+		Name:         name,
+		IP:           netip.AddrFrom4([4]byte{172, 18, 0, last}),
+		MAC:          fmt.Sprintf("02:42:ac:12:00:%02x", last),
+		PodCIDR:      podCIDR,
+		Node:         podCIDR.IsValid(),
+		ControlPlane: cp,
+	}
+}
+
+// Nodes returns the Kubernetes nodes, control plane first.
+func (t *Topology) Nodes() []Host {
+	var out []Host
+	for _, h := range t.Hosts {
+		if h.Node {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// Host returns the host with the given name; "ilb-" in front of it is accepted too.
+func (t *Topology) Host(name string) (Host, bool) {
+	name = strings.TrimPrefix(name, t.Prefix)
+	for _, h := range t.Hosts {
+		if h.Name == name {
+			return h, true
+		}
+	}
+	return Host{}, false
+}
+
+// ControlPlane returns the control-plane node.
+func (t *Topology) ControlPlane() Host { return t.Hosts[0] }
+
+// labNSPattern matches the host namespaces of the lab: the switch, the nodes (myk8s-*) and
+// mypc. Other "ilb-" namespaces, such as ones a unit test makes, are not the lab's.
+var labNSPattern = regexp.MustCompile(`^ilb-(sw|mypc|myk8s-[a-z0-9-]+)$`)
+
+// IsLabNS reports whether a namespace name is one of the lab's host namespaces.
+func IsLabNS(name string) bool { return labNSPattern.MatchString(name) }
+
+// podNSPattern matches pod namespaces as node agents name them (ilb-p-<8 hex>). Agents in
+// other tests use the same names, so a pod namespace is the lab's only when one of the lab's
+// nodes holds its veth or the lab's agent state records it.
+var podNSPattern = regexp.MustCompile(`^ilb-p-[0-9a-f]{8}$`)
+
+// IsPodNS reports whether a namespace name has the shape of a pod namespace.
+func IsPodNS(name string) bool { return podNSPattern.MatchString(name) }
+
+var podVethPattern = regexp.MustCompile(`^vp([0-9a-f]{8})$`)
+
+// PodNSOfVeth returns the pod namespace behind a node-side pod veth (vp<8 hex>), or "".
+func PodNSOfVeth(veth string) string {
+	m := podVethPattern.FindStringSubmatch(veth)
+	if m == nil {
+		return ""
+	}
+	return NSPrefix + "p-" + m[1]
+}
+
+// labRootLinkPattern matches links the lab could leave in the root namespace (it creates its
+// veths directly inside namespaces, so normally none).
+var labRootLinkPattern = regexp.MustCompile(`^(ilbp[0-9]+|ilbbr0)$`)
+
+// IsLabLink reports whether a link name in the root namespace is one the lab may have made.
+func IsLabLink(name string) bool { return labRootLinkPattern.MatchString(name) }

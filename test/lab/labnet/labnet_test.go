@@ -1,0 +1,154 @@
+package labnet
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestTopologyNames(t *testing.T) {
+	topo, err := New(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct{ name, ip, mac, cidr string }{
+		{"myk8s-control-plane", "172.18.0.2", "02:42:ac:12:00:02", "10.10.0.0/24"},
+		{"myk8s-worker", "172.18.0.3", "02:42:ac:12:00:03", "10.10.1.0/24"},
+		{"myk8s-worker2", "172.18.0.4", "02:42:ac:12:00:04", "10.10.2.0/24"},
+		{"myk8s-worker3", "172.18.0.5", "02:42:ac:12:00:05", "10.10.3.0/24"},
+		{"myk8s-worker4", "172.18.0.6", "02:42:ac:12:00:06", "10.10.4.0/24"},
+		{"mypc", "172.18.0.100", "02:42:ac:12:00:64", "invalid Prefix"},
+	}
+	if len(topo.Hosts) != len(want) {
+		t.Fatalf("got %d hosts, want %d", len(topo.Hosts), len(want))
+	}
+	for i, w := range want {
+		h := topo.Hosts[i]
+		if h.Name != w.name || h.IP.String() != w.ip || h.MAC != w.mac || h.PodCIDR.String() != w.cidr {
+			t.Errorf("host %d = %s %s %s %s, want %v", i, h.Name, h.IP, h.MAC, h.PodCIDR, w)
+		}
+		if !IsLabNS(h.NS()) {
+			t.Errorf("IsLabNS(%q) = false", h.NS())
+		}
+	}
+	if got := len(topo.Nodes()); got != 5 {
+		t.Errorf("Nodes() has %d hosts, want 5", got)
+	}
+	if !topo.Hosts[0].ControlPlane || topo.Hosts[1].ControlPlane {
+		t.Errorf("only the first host is the control plane")
+	}
+	if _, err := New(MaxWorkers + 1); err == nil {
+		t.Errorf("New(%d) succeeded, want an error", MaxWorkers+1)
+	}
+}
+
+func TestOwnership(t *testing.T) {
+	for name, want := range map[string]bool{
+		"ilb-sw": true, "ilb-mypc": true, "ilb-myk8s-worker12": true, "ilb-p-0123abcd": false,
+		"ilb-l2test": false, "ilb-p-xyz": false, "ilb-swx": false, "other": false,
+	} {
+		if got := IsLabNS(name); got != want {
+			t.Errorf("IsLabNS(%q) = %v, want %v", name, got, want)
+		}
+	}
+	for name, want := range map[string]bool{
+		"vp0123abcd": false, "ilbp3": true, "ilbbr0": true, "eth0": false, "vpn0": false, "ilb0": false,
+	} {
+		if got := IsLabLink(name); got != want {
+			t.Errorf("IsLabLink(%q) = %v, want %v", name, got, want)
+		}
+	}
+	if got := PodNSOfVeth("vp0123abcd"); got != "ilb-p-0123abcd" || !IsPodNS(got) {
+		t.Errorf("PodNSOfVeth(vp0123abcd) = %q", got)
+	}
+	if got := PodNSOfVeth("vpn0"); got != "" {
+		t.Errorf("PodNSOfVeth(vpn0) = %q, want none", got)
+	}
+}
+
+// TestBuildAndForward builds a one-worker topology and checks addressing, pod routes, the
+// root namespace's isolation and DialInNS. It needs root and no running lab.
+func TestBuildAndForward(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create network namespaces")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("needs iproute2 (ip)")
+	}
+	ctx := context.Background()
+	// Names of our own, so the test runs next to a lab (or the lab's smoke test).
+	prefix := fmt.Sprintf("ilb-nt%d-", os.Getpid()%100000)
+	topo, err := NewWithPrefix(1, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, h := range topo.Hosts {
+			_, _ = IP(ctx, "netns", "del", h.NS())
+		}
+		_, _ = IP(ctx, "netns", "del", topo.SwitchNS())
+	})
+	if err := topo.Build(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := topo.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	worker, _ := topo.Host("myk8s-worker")
+	out, err := IP(ctx, "-n", worker.NS(), "route", "show", "10.10.0.0/24")
+	if err != nil || !strings.Contains(out, "via 172.18.0.2 dev eth0") {
+		t.Errorf("worker's route to the control plane's pod CIDR = %q (%v)", out, err)
+	}
+	out, err = IP(ctx, "-n", worker.NS(), "link", "show", "eth0")
+	if err != nil || !strings.Contains(out, worker.MAC) {
+		t.Errorf("worker eth0 = %q (%v), want MAC %s", out, err, worker.MAC)
+	}
+	out, _ = IP(ctx, "route", "get", "172.18.0.2")
+	if strings.Contains(out, "ilb") {
+		t.Errorf("the root namespace routes into the lab: %s", out)
+	}
+
+	// A TCP server on the control plane, reached from the root namespace through DialInNS.
+	cp := topo.ControlPlane()
+	var lis net.Listener
+	if err := InNS(cp.NS(), func() error {
+		var err error
+		lis, err = net.Listen("tcp4", cp.IP.String()+":7777")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	go func() {
+		c, err := lis.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _ = c.Write([]byte("hello from the control plane\n"))
+	}()
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	// Dial from mypc's namespace: across the bridge.
+	mypc, _ := topo.Host(ClientName)
+	if IsLabNS(mypc.NS()) {
+		t.Fatalf("test namespace %s would be taken for the lab's", mypc.NS())
+	}
+	c, err := DialInNS(dctx, mypc.NS(), netip.AddrPortFrom(cp.IP, 7777))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || line != "hello from the control plane\n" {
+		t.Errorf("read %q, %v", line, err)
+	}
+}
