@@ -51,14 +51,34 @@ type poolState struct {
 
 type ipEntry struct {
 	span    *span
-	idx     u128
 	holders []string // keys; more than one only when validly shared
 }
 
 type allocation struct {
 	ips  []netip.Addr // in the request's family order
 	pool string
-	req  Request // normalized
+	req  holding
+}
+
+// holding is what the allocator keeps of a key's Request: enough to re-check
+// sharing and pool eligibility on later calls and SetPools, and no more, as
+// it is paid for every address in use.
+type holding struct {
+	Namespace  string
+	Labels     map[string]string
+	Pool       string
+	SharingKey string
+	BackendKey string
+	Ports      []Port
+}
+
+func holdingOf(r Request) holding {
+	return holding{Namespace: r.Namespace, Labels: r.Labels, Pool: r.Pool,
+		SharingKey: r.SharingKey, BackendKey: r.BackendKey, Ports: r.Ports}
+}
+
+func (h holding) request() Request {
+	return Request{Namespace: h.Namespace, Labels: h.Labels, Pool: h.Pool}
 }
 
 // New returns an Allocator serving the given pools (keyed by name).
@@ -106,7 +126,7 @@ func (a *Allocator) SetPools(pools map[string]*config.Pool) (lost []string) {
 		al := a.allocs[key]
 		p, err := probe.poolOf(al.ips)
 		if err == nil {
-			err = poolAllowed(p, al.req)
+			err = poolAllowed(p, al.req.request())
 		}
 		if err != nil {
 			lost = append(lost, key)
@@ -119,7 +139,7 @@ func (a *Allocator) SetPools(pools map[string]*config.Pool) (lost []string) {
 	for ip, e := range a.ips {
 		s := a.spanFor(ip)
 		idx, _ := s.index(ip) // every remaining address was just validated
-		e.span, e.idx = s, idx
+		e.span = s
 		s.used.insert(idx)
 	}
 	return lost
@@ -495,7 +515,7 @@ func (a *Allocator) updateInPlace(key string, cur *allocation, req Request) {
 			a.indexShared(ip, req.SharingKey)
 		}
 	}
-	cur.req = req
+	cur.req = holdingOf(req)
 	if req.Policy == corev1.IPFamilyPolicyPreferDualStack && len(req.Families) == 2 && len(cur.ips) == 1 && len(req.IPs) == 0 {
 		missing := otherFamily(familyOf(cur.ips[0]))
 		if ip, ok := a.pickFamily(key, req, a.pools[cur.pool], missing); ok {
@@ -535,11 +555,12 @@ func (a *Allocator) claim(key string, req Request, ips []netip.Addr) (string, *E
 	return p.name, nil
 }
 
+// commit records key as holder of ips, taking ownership of the slice.
 func (a *Allocator) commit(key string, req Request, p *poolState, ips []netip.Addr) {
 	for _, ip := range ips {
 		a.hold(key, req, ip)
 	}
-	a.allocs[key] = &allocation{ips: slices.Clone(ips), pool: p.name, req: req}
+	a.allocs[key] = &allocation{ips: ips, pool: p.name, req: holdingOf(req)}
 }
 
 // hold adds key as a holder of ip (already validated).
@@ -548,7 +569,7 @@ func (a *Allocator) hold(key string, req Request, ip netip.Addr) {
 	if e == nil {
 		s := a.spanFor(ip)
 		idx, _ := s.index(ip)
-		e = &ipEntry{span: s, idx: idx}
+		e = &ipEntry{span: s}
 		a.ips[ip] = e
 		s.used.insert(idx)
 		a.indexShared(ip, req.SharingKey)
@@ -571,7 +592,8 @@ func (a *Allocator) release(key string) {
 		if len(e.holders) > 0 {
 			continue
 		}
-		e.span.used.remove(e.idx)
+		idx, _ := e.span.index(ip)
+		e.span.used.remove(idx)
 		delete(a.ips, ip)
 		a.unindexShared(ip, al.req.SharingKey)
 	}

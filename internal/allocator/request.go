@@ -48,6 +48,9 @@ type Port struct {
 func (p Port) String() string { return string(p.Protocol) + "/" + strconv.Itoa(int(p.Port)) }
 
 // Request is what one Service asks for, parsed from its spec and annotations.
+// The allocator keeps a reference to Labels (not a copy) while the key holds
+// addresses: callers must not mutate the map afterwards (informer objects
+// are read-only anyway).
 type Request struct {
 	Namespace  string
 	Labels     map[string]string     // Service labels, for serviceSelectors

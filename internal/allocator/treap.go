@@ -72,58 +72,47 @@ func merge(l, r *tnode) *tnode {
 	}
 }
 
-// insert adds k; it reports false if k was already present.
+// insert adds k; it reports false if k was already present. One descent:
+// the path is walked once, which matters as each level is a cache miss.
 func (t *treap) insert(k u128) bool {
-	if t.contains(k) {
-		return false
-	}
 	nn := &tnode{key: k, size: 1, prio: mix(k)}
-	t.root = insertNode(t.root, nn)
-	return true
+	var added bool
+	t.root, added = insertNode(t.root, nn)
+	return added
 }
 
-func insertNode(n, nn *tnode) *tnode {
+func insertNode(n, nn *tnode) (*tnode, bool) {
 	if n == nil {
-		return nn
+		return nn, true
+	}
+	c := nn.key.cmp(n.key)
+	if c == 0 {
+		return n, false
 	}
 	if nn.prio > n.prio {
+		// nn becomes the root of this subtree. A duplicate could only be
+		// below n; the remaining path is short on average (nn's priority
+		// beats n's, so n is low in the tree).
+		if subtreeHas(n, nn.key) {
+			return n, false
+		}
 		nn.left, nn.right = split(n, nn.key)
 		nn.fix()
-		return nn
+		return nn, true
 	}
-	if nn.key.cmp(n.key) < 0 {
-		n.left = insertNode(n.left, nn)
+	var added bool
+	if c < 0 {
+		n.left, added = insertNode(n.left, nn)
 	} else {
-		n.right = insertNode(n.right, nn)
+		n.right, added = insertNode(n.right, nn)
 	}
-	n.fix()
-	return n
+	if added {
+		n.size++
+	}
+	return n, added
 }
 
-// remove deletes k; it reports false if k was absent.
-func (t *treap) remove(k u128) bool {
-	if !t.contains(k) {
-		return false
-	}
-	t.root = removeNode(t.root, k)
-	return true
-}
-
-func removeNode(n *tnode, k u128) *tnode {
-	switch c := k.cmp(n.key); {
-	case c < 0:
-		n.left = removeNode(n.left, k)
-	case c > 0:
-		n.right = removeNode(n.right, k)
-	default:
-		return merge(n.left, n.right)
-	}
-	n.fix()
-	return n
-}
-
-func (t *treap) contains(k u128) bool {
-	n := t.root
+func subtreeHas(n *tnode, k u128) bool {
 	for n != nil {
 		switch c := k.cmp(n.key); {
 		case c < 0:
@@ -135,6 +124,46 @@ func (t *treap) contains(k u128) bool {
 		}
 	}
 	return false
+}
+
+// remove deletes k; it reports false if k was absent.
+func (t *treap) remove(k u128) bool {
+	var removed bool
+	t.root, removed = removeNode(t.root, k)
+	return removed
+}
+
+func removeNode(n *tnode, k u128) (*tnode, bool) {
+	if n == nil {
+		return nil, false
+	}
+	var removed bool
+	switch c := k.cmp(n.key); {
+	case c < 0:
+		n.left, removed = removeNode(n.left, k)
+	case c > 0:
+		n.right, removed = removeNode(n.right, k)
+	default:
+		return merge(n.left, n.right), true
+	}
+	if removed {
+		n.size--
+	}
+	return n, removed
+}
+
+func (t *treap) contains(k u128) bool { return subtreeHas(t.root, k) }
+
+// depth is the height of the tree (tests: balance check).
+func (t *treap) depth() int {
+	var rec func(*tnode) int
+	rec = func(n *tnode) int {
+		if n == nil {
+			return 0
+		}
+		return 1 + max(rec(n.left), rec(n.right))
+	}
+	return rec(t.root)
 }
 
 // firstGap returns the smallest index not in the set. Keys are distinct and
