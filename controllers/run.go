@@ -77,6 +77,9 @@ type Options struct {
 	WebhookPort int
 	// WebhookCertDir holds the webhook serving certificate (managed by cert rotation).
 	WebhookCertDir string
+	// WebhookWriteCerts makes this process copy the certificate from its Secret into
+	// WebhookCertDir; leave it false when the Secret is mounted there as a volume.
+	WebhookWriteCerts bool
 	// WebhookSecretName, WebhookServiceName and WebhookConfigurationName name the
 	// objects the certificate rotation keeps up to date.
 	WebhookSecretName        string
@@ -206,7 +209,7 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("adding the readiness check: %w", err)
 	}
 	if opts.WebhookMode == WebhookModeEnabled {
-		if err := setupWebhooks(ctx, mgr, opts); err != nil {
+		if err := setupWebhooks(mgr, opts); err != nil {
 			return err
 		}
 	}

@@ -25,7 +25,7 @@ import (
 
 // AnnotationAllocatedFromPool is written on every Service the controller gave an IP,
 // naming the IPAddressPool the IP came from (MetalLB's annotation).
-const AnnotationAllocatedFromPool = "metallb.io/ip-allocated-from-pool"
+const AnnotationAllocatedFromPool = allocator.AnnotationIPAllocatedFromPool
 
 // state is what the reconcilers of one controller process share: the last valid
 // configuration and the allocator built from it. The allocator is not safe for

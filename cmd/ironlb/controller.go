@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/ironlb/ironlb/controllers"
+	ironwebhook "github.com/ironlb/ironlb/internal/webhook"
 )
 
 // serviceAccountNamespaceFile is where a pod finds its own namespace.
@@ -28,7 +29,7 @@ func newControllerCommand() *cobra.Command {
 		webhookSecret, webhookService, webhookConfig                                string
 		metricsPort, probePort, webhookPort, workers, burst                         int
 		qps                                                                         float32
-		leaderElect, metricsSecure                                                  bool
+		leaderElect, metricsSecure, webhookWriteCerts                               bool
 	)
 	cmd := &cobra.Command{
 		Use:   "controller",
@@ -61,6 +62,7 @@ Flags and environment variables are MetalLB's where MetalLB has them.`,
 				WebhookMode:              webhookMode,
 				WebhookPort:              webhookPort,
 				WebhookCertDir:           webhookCertDir,
+				WebhookWriteCerts:        webhookWriteCerts,
 				WebhookSecretName:        webhookSecret,
 				WebhookServiceName:       webhookService,
 				WebhookConfigurationName: webhookConfig,
@@ -96,10 +98,11 @@ Flags and environment variables are MetalLB's where MetalLB has them.`,
 	f.IntVar(&probePort, "health-probe-port", controllers.DefaultHealthProbePort, "port of the /healthz (liveness) and /readyz (readiness) probes; 0 disables")
 	f.StringVar(&webhookMode, "webhook-mode", controllers.WebhookModeEnabled, "enabled: serve the validating webhooks and rotate their certificate; disabled: do not")
 	f.IntVar(&webhookPort, "webhook-port", controllers.DefaultWebhookPort, "HTTPS port of the validating webhooks")
-	f.StringVar(&webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory where the rotated webhook certificate is written and served from")
-	f.StringVar(&webhookSecret, "webhook-secret", "ironlb-webhook-server-cert", "Secret (install namespace) holding the webhook certificate and its CA")
-	f.StringVar(&webhookService, "webhook-service", "ironlb-webhook-service", "Service (install namespace) in front of the webhooks; the certificate is issued for its DNS name")
-	f.StringVar(&webhookConfig, "webhook-configuration", "ironlb-webhook-configuration", "ValidatingWebhookConfiguration whose CA bundle is kept up to date")
+	f.StringVar(&webhookCertDir, "webhook-cert-dir", ironwebhook.DefaultCertDir, "directory the webhook server reads tls.crt and tls.key from")
+	f.BoolVar(&webhookWriteCerts, "webhook-write-certs", true, "copy the rotated certificate from its Secret into --webhook-cert-dir; set false when the Secret is mounted there as a volume")
+	f.StringVar(&webhookSecret, "webhook-secret", ironwebhook.DefaultSecretName, "Secret (install namespace) where the webhook CA and serving certificate are created and rotated")
+	f.StringVar(&webhookService, "webhook-service", ironwebhook.DefaultServiceName, "Service (install namespace) in front of the webhooks; the certificate is issued for its DNS name")
+	f.StringVar(&webhookConfig, "webhook-configuration", ironwebhook.DefaultWebhookConfigurationName, "ValidatingWebhookConfiguration whose caBundle is kept current")
 	f.StringVar(&mlSecret, "ml-secret-name", "", "Secret holding the speakers' memberlist key, created with a random 32-byte key if missing (default: $METALLB_ML_SECRET_NAME, else "+controllers.DefaultMemberlistName+")")
 	f.StringVar(&deployment, "deployment", "", "controller Deployment that owns the memberlist Secret, so uninstalling removes it (default: $METALLB_DEPLOYMENT)")
 	f.BoolVar(&leaderElect, "leader-elect", true, "elect one active replica through the Lease \""+controllers.LeaderElectionID+"\" in the install namespace; disable only when a single replica runs")
