@@ -3,7 +3,6 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -80,7 +79,7 @@ func (r *poolStatusReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 	if inConfig {
 		stats = r.state.alloc.PoolStats(pool.Name)
 	}
-	configErr := r.state.configErr
+	configErr, problem := r.state.configErr, r.state.poolErrs[pool.Name]
 	r.state.mu.Unlock()
 
 	orig := pool.DeepCopy()
@@ -88,11 +87,13 @@ func (r *poolStatusReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 	pool.Status.AssignedIPv6 = stats.AssignedIPv6
 	pool.Status.AvailableIPv4 = stats.AvailableIPv4
 	pool.Status.AvailableIPv6 = stats.AvailableIPv6
-	meta.SetStatusCondition(&pool.Status.Conditions, readyCondition(&pool, inConfig, configErr))
+	meta.SetStatusCondition(&pool.Status.Conditions, readyCondition(&pool, inConfig, configErr, problem))
 	if equality.Semantic.DeepEqual(orig.Status, pool.Status) {
 		return reconcile.Result{}, nil
 	}
-	if err := r.client.Status().Patch(ctx, &pool, client.MergeFrom(orig)); err != nil {
+	// A full update, not a merge patch: the schema requires all four counts and a
+	// patch would leave out those still zero. A conflict is retried by the queue.
+	if err := r.client.Status().Update(ctx, &pool); err != nil {
 		if apierrors.IsNotFound(err) {
 			return reconcile.Result{}, nil
 		}
@@ -102,24 +103,23 @@ func (r *poolStatusReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 	return reconcile.Result{}, nil
 }
 
-// readyCondition says whether the pool is in use. The parser's messages name the
-// object they refuse, so a refused configuration blames only the pools it names.
-func readyCondition(pool *v1beta1.IPAddressPool, inConfig bool, configErr string) metav1.Condition {
+// readyCondition says whether the pool is in use. problem is what the newest,
+// refused configuration found wrong with this pool ("" if nothing).
+func readyCondition(pool *v1beta1.IPAddressPool, inConfig bool, configErr, problem string) metav1.Condition {
 	c := metav1.Condition{Type: ConditionReady, ObservedGeneration: pool.Generation}
-	blamed := configErr != "" && strings.Contains(configErr, fmt.Sprintf("%q", pool.Name))
 	switch {
-	case !inConfig && blamed:
+	case !inConfig && problem != "":
 		c.Status, c.Reason = metav1.ConditionFalse, ReasonInvalid
-		c.Message = configErr
+		c.Message = problem
 	case !inConfig:
 		c.Status, c.Reason = metav1.ConditionFalse, ReasonNotInConfig
 		c.Message = "the pool is not part of the running configuration"
 		if configErr != "" {
 			c.Message += "; the newest configuration was refused: " + configErr
 		}
-	case blamed:
+	case problem != "":
 		c.Status, c.Reason = metav1.ConditionFalse, ReasonStaleConfig
-		c.Message = "the newest configuration was refused, addresses are allocated from the last valid one: " + configErr
+		c.Message = "the pool's newest spec was refused, addresses are allocated from its last valid one: " + problem
 	default:
 		c.Status, c.Reason = metav1.ConditionTrue, ReasonLoaded
 		c.Message = "addresses are allocated from this pool"

@@ -41,8 +41,10 @@ type state struct {
 	alloc *allocator.Allocator // nil until the first valid configuration
 	cfg   *config.Config
 	// configErr is why the newest configuration was refused ("" when it loaded);
-	// the allocator keeps running on the last good one meanwhile.
+	// the allocator keeps running on the last good one meanwhile. poolErrs are
+	// its parts about each IPAddressPool, by pool name.
 	configErr string
+	poolErrs  map[string]string
 
 	// ready is closed once the first valid configuration is loaded and the
 	// allocator was rebuilt from Service status. Service reconciles wait for it,
@@ -126,9 +128,11 @@ func (s *state) reload(ctx context.Context) error {
 		configStale.Set(1)
 		s.mu.Lock()
 		s.configErr = err.Error()
-		pools := s.poolNamesLocked()
+		s.poolErrs = poolProblems(err)
 		s.mu.Unlock()
-		s.notifyPools(pools...)
+		// Every pool object, not only the running ones: the refused pool is
+		// the one whose condition must say why.
+		s.notifyPools(s.poolObjectNames(ctx)...)
 		return err
 	}
 
@@ -155,7 +159,7 @@ func (s *state) reload(ctx context.Context) error {
 	}
 	hadErr := s.configErr != ""
 	s.cfg = cfg
-	s.configErr = ""
+	s.configErr, s.poolErrs = "", nil
 	newPools := s.poolNamesLocked()
 	for _, p := range newPools {
 		setPoolGauges(p, s.alloc.PoolStats(p))
@@ -317,4 +321,45 @@ func (s *state) inAnyPoolLocked(ip netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// poolObjectNames lists the IPAddressPool objects in the cache, valid or not.
+func (s *state) poolObjectNames(ctx context.Context) []string {
+	var pools v1beta1.IPAddressPoolList
+	if err := s.cache.List(ctx, &pools, client.InNamespace(s.namespace)); err != nil {
+		return nil
+	}
+	names := make([]string, len(pools.Items))
+	for i := range pools.Items {
+		names[i] = pools.Items[i].Name
+	}
+	return names
+}
+
+// poolProblems collects, per IPAddressPool name, the messages of the parser's
+// field errors about it (Parse joins one *config.FieldError per problem).
+func poolProblems(err error) map[string]string {
+	out := map[string]string{}
+	var walk func(error)
+	walk = func(err error) {
+		if fe, ok := err.(*config.FieldError); ok {
+			if fe.Kind == "IPAddressPool" {
+				if out[fe.Name] != "" {
+					out[fe.Name] += "; "
+				}
+				out[fe.Name] += fe.Error()
+			}
+			return
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				walk(e)
+			}
+		case interface{ Unwrap() error }:
+			walk(u.Unwrap())
+		}
+	}
+	walk(err)
+	return out
 }
