@@ -47,6 +47,9 @@ import (
 	"github.com/ironlb/ironlb/controllers"
 )
 
+// controllerArgs are appended to every `ironlb controller` command line.
+var controllerArgs []string
+
 const (
 	installNS = "ironlb-system"
 	benchNS   = "bench"
@@ -59,15 +62,18 @@ func main() {
 		parallel    = flag.Int("create-parallelism", 16, "concurrent create requests in the bulk phase")
 		metricsPort = flag.Int("metrics-port", 19120, "metrics port of the controller under test (plain HTTP, loopback)")
 		keep        = flag.Bool("keep-logs", false, "keep the controller logs directory")
+		extraArgs   = flag.String("controller-args", "", "extra flags for `ironlb controller`, space separated (e.g. --service-workers=16)")
+		backlog     = flag.Bool("backlog", false, "create the bulk Services while the controller is stopped, then start it: measures the controller's own allocation throughput")
 	)
 	flag.Parse()
-	if err := run(*latencyN, *bulkN, *parallel, *metricsPort, *keep); err != nil {
+	controllerArgs = strings.Fields(*extraArgs)
+	if err := run(*latencyN, *bulkN, *parallel, *metricsPort, *keep, *backlog); err != nil {
 		fmt.Fprintln(os.Stderr, "controller-bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(latencyN, bulkN, parallel, metricsPort int, keep bool) error {
+func run(latencyN, bulkN, parallel, metricsPort int, keep, backlog bool) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	root, err := os.Getwd()
@@ -156,6 +162,9 @@ func run(latencyN, bulkN, parallel, metricsPort int, keep bool) error {
 		return err
 	}
 	defer ctl.kill()
+	if err := waitPoolLoaded(ctx, c, 2*time.Minute); err != nil {
+		return err
+	}
 	fmt.Printf("# machine: %d CPUs, %s; services: latency %d, bulk %d\n", runtime.NumCPU(), kernel(), latencyN, bulkN)
 
 	// 1. Latency, one Service at a time.
@@ -180,6 +189,11 @@ func run(latencyN, bulkN, parallel, metricsPort int, keep bool) error {
 
 	// 2. Bulk.
 	target := int64(latencyN + bulkN)
+	if backlog {
+		if err := ctl.stop(); err != nil {
+			return err
+		}
+	}
 	start := time.Now()
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -208,14 +222,35 @@ func run(latencyN, bulkN, parallel, metricsPort int, keep bool) error {
 		return err
 	default:
 	}
+	fmt.Printf("bulk: %d services created in %s (%.0f creates/s, %d in parallel)\n",
+		bulkN, created.Round(time.Millisecond), float64(bulkN)/created.Seconds(), parallel)
+	lastCreate := time.Now()
+	if backlog {
+		if ctl, err = startController(ironlb, kubeconfig, work, "controller-1b.log", metricsPort); err != nil {
+			return err
+		}
+		defer ctl.kill()
+	}
 	if err := w.waitCount(target, 10*time.Minute); err != nil {
 		return err
 	}
 	total := time.Since(start)
 	hwm, rss := ctl.memory()
-	fmt.Printf("bulk: %d services created in %s; all %d have an IP %s after the first create (%.0f services/s)\n",
-		bulkN, created.Round(time.Millisecond), target, total.Round(time.Millisecond), float64(bulkN)/total.Seconds())
+	if backlog {
+		d := time.Since(lastCreate)
+		fmt.Printf("bulk (backlog): controller started with %d pending services; all %d have an IP %s after process start (%.0f services/s)\n",
+			bulkN, target, d.Round(time.Millisecond), float64(bulkN)/d.Seconds())
+	} else {
+		fmt.Printf("bulk (live): all %d have an IP %s after the first create, %s after the last create returned\n",
+			target, total.Round(time.Millisecond), time.Since(lastCreate).Round(time.Millisecond))
+	}
 	fmt.Printf("controller memory with %d services: peak RSS (VmHWM) %s, RSS now %s\n", target, hwm, rss)
+
+	if err := printClientStats(metricsPort); err != nil {
+		return err
+	}
+	fmt.Printf("CPU time so far: controller %s; kube-apiserver %s; etcd %s\n",
+		cpuTime(ctl.cmd.Process.Pid), cpuTime(childPid("kube-apiserver")), cpuTime(childPid("etcd")))
 
 	// 3. Restart.
 	before := w.snapshot()
@@ -349,6 +384,7 @@ func startController(ironlb, kubeconfig, dir, logName string, metricsPort int) (
 		"--port", strconv.Itoa(metricsPort), "--metrics-bind-host", "127.0.0.1", "--metrics-secure=false",
 		"--health-probe-port", "0",
 	)
+	cmd.Args = append(cmd.Args, controllerArgs...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", ironlb, err)
@@ -449,4 +485,88 @@ func kernel() string {
 		return runtime.GOOS
 	}
 	return "Linux " + strings.TrimSpace(string(b))
+}
+
+// waitPoolLoaded waits until the controller has loaded its configuration, which it
+// reports in the pool's Ready condition, so the latency phase does not time the
+// controller's start-up.
+func waitPoolLoaded(ctx context.Context, c client.Client, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		var p v1beta1.IPAddressPool
+		if err := c.Get(ctx, client.ObjectKey{Namespace: installNS, Name: "bench"}, &p); err == nil {
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == controllers.ConditionReady && cond.Status == metav1.ConditionTrue {
+					return nil
+				}
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("the controller did not load the configuration within %s", timeout)
+}
+
+// printClientStats shows how many requests the controller made, by method, and how
+// long client-side rate limiting delayed them: the cost per Service.
+func printClientStats(port int) error {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+	if err != nil {
+		return fmt.Errorf("reading controller metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	text := string(body)
+	var parts []string
+	for _, m := range []string{"GET", "LIST", "PATCH", "POST", "PUT", "WATCH"} {
+		if v := metricSum(text, "rest_client_requests_total", `method="`+m+`"`); v > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.0f", m, v))
+		}
+	}
+	fmt.Printf("controller API requests: %s; client rate-limiter wait total %.1fs\n",
+		strings.Join(parts, ", "), metricSum(text, "rest_client_rate_limiter_duration_seconds_sum", ""))
+	return nil
+}
+
+// cpuTime is the user+system CPU time a process has used.
+func cpuTime(pid int) time.Duration {
+	if pid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name (which is in parentheses and may hold spaces).
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / 100 // USER_HZ is 100 on Linux
+}
+
+// childPid finds this process's child running the named binary (envtest's servers).
+func childPid(name string) int {
+	self := strconv.Itoa(os.Getpid())
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		st := string(b)
+		open, closing := strings.IndexByte(st, '('), strings.LastIndexByte(st, ')')
+		if open < 0 || closing < open || st[open+1:closing] != name {
+			continue
+		}
+		if f := strings.Fields(st[closing+1:]); len(f) > 1 && f[1] == self {
+			return pid
+		}
+	}
+	return 0
 }
