@@ -70,6 +70,8 @@ type Options struct {
 	MetricsCertDir string
 	// HealthProbeBindAddress is host:port of /healthz and /readyz ("" or port 0 disables).
 	HealthProbeBindAddress string
+	// PprofBindAddress is host:port of Go's /debug/pprof endpoints ("" disables).
+	PprofBindAddress string
 
 	// WebhookMode is WebhookModeEnabled or WebhookModeDisabled.
 	WebhookMode string
@@ -161,6 +163,7 @@ func Run(ctx context.Context, opts Options) error {
 		Logger:                        log,
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        disabledIfZero(opts.HealthProbeBindAddress),
+		PprofBindAddress:              disabledIfZero(opts.PprofBindAddress),
 		LeaderElection:                opts.LeaderElect,
 		LeaderElectionID:              LeaderElectionID,
 		LeaderElectionNamespace:       opts.Namespace,

