@@ -239,4 +239,3 @@ func freePort(t *testing.T) int {
 	t.Fatal("no free port")
 	return 0
 }
-
