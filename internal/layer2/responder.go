@@ -1,0 +1,296 @@
+package layer2
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/mdlayher/packet"
+)
+
+// ownedIP is one IP a responder answers for.
+type ownedIP struct {
+	addr netip.Addr
+	m    *ipMetrics
+}
+
+// ownedSet is the immutable set of IPs one responder answers for. The
+// announcer builds a new set on every change and swaps it in atomically, so
+// the read loops never lock and a removed IP is not answered once the swap
+// is done.
+type ownedSet struct {
+	v4 map[uint32]*ownedIP
+	v6 map[[16]byte]*ownedIP
+}
+
+func (s *ownedSet) has(ip netip.Addr) bool {
+	if s == nil {
+		return false
+	}
+	if ip.Is4() {
+		return s.v4[v4key(ip)] != nil
+	}
+	return s.v6[ip.As16()] != nil
+}
+
+// MulticastGroups joins and leaves IPv6 multicast groups on one interface.
+// *ndp.Conn implements it; joining the solicited-node group of an owned IPv6
+// address makes the NIC deliver the multicast Neighbor Solicitations for it.
+type MulticastGroups interface {
+	JoinGroup(group netip.Addr) error
+	LeaveGroup(group netip.Addr) error
+	Close() error
+}
+
+// responder answers ARP and NDP on one interface.
+type responder struct {
+	log   logr.Logger
+	link  Link
+	mac   [6]byte
+	arp   net.PacketConn  // nil: no ARP on this interface
+	ndp   net.PacketConn  // nil: no NDP on this interface
+	group MulticastGroups // non-nil when ndp is
+
+	owned atomic.Pointer[ownedSet]
+	// isLocal reports whether a MAC belongs to this node (any interface), so
+	// our own frames seen on another interface are not conflicts.
+	isLocal func([6]byte) bool
+	// conflict is called from the read loops when another MAC claims an
+	// owned IP.
+	conflict func(o *ownedIP, mac [6]byte, iface string)
+
+	// groups counts owned IPv6 addresses per solicited-node group; guarded
+	// by the announcer's mutex.
+	groups map[netip.Addr]int
+
+	closed atomic.Bool
+	wg     sync.WaitGroup
+}
+
+var broadcastMAC = [6]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+
+func (r *responder) start() {
+	if r.arp != nil {
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			r.serve(r.arp, r.serveARPFrame())
+		}()
+	}
+	if r.ndp != nil {
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			r.serve(r.ndp, r.serveNDPFrame())
+		}()
+	}
+}
+
+// close stops the read loops and waits for them.
+func (r *responder) close() {
+	r.closed.Store(true)
+	if r.arp != nil {
+		_ = r.arp.Close()
+	}
+	if r.ndp != nil {
+		_ = r.ndp.Close()
+	}
+	if r.group != nil {
+		_ = r.group.Close()
+	}
+	r.wg.Wait()
+}
+
+// serve reads frames until the conn is closed. A read error other than
+// closing (the interface going down gives ENETDOWN once) is logged and the
+// loop pauses briefly so a persistent error cannot spin.
+func (r *responder) serve(c net.PacketConn, handle func([]byte)) {
+	buf := make([]byte, 1600)
+	for {
+		n, _, err := c.ReadFrom(buf)
+		if err != nil {
+			if r.closed.Load() || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			r.log.V(1).Info("read failed", "error", err.Error())
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		handle(buf[:n])
+	}
+}
+
+// serveARPFrame returns the per-frame ARP handler with its own reply buffer
+// and destination address, so the hot path does not allocate.
+func (r *responder) serveARPFrame() func([]byte) {
+	var f arpFrame
+	out := make([]byte, minFrameLen)
+	dst := &packet.Addr{HardwareAddr: make(net.HardwareAddr, 6)}
+	return func(b []byte) { r.handleARP(b, &f, out, dst) }
+}
+
+// handleARP is the ARP policy. It reads fixed offsets, then looks the sender
+// and target IPs up in the owned set: for the flood of requests for other
+// hosts' IPs this is all the work done.
+func (r *responder) handleARP(b []byte, f *arpFrame, out []byte, dst *packet.Addr) {
+	if !parseARP(b, f) {
+		return
+	}
+	set := r.owned.Load()
+	if set == nil || len(set.v4) == 0 {
+		return
+	}
+	// Any ARP frame (reply, gratuitous request, plain request) whose sender
+	// is an owned IP with a foreign MAC means someone else uses that IP.
+	if o := set.v4[f.spa]; o != nil && f.sha != r.mac && !r.isLocal(f.sha) {
+		r.conflict(o, f.sha, r.link.Name)
+	}
+	if f.op != arpOpRequest {
+		return
+	}
+	o := set.v4[f.tpa]
+	if o == nil {
+		return
+	}
+	// A gratuitous request (sender IP == target IP) announces, it does not
+	// ask; a frame from our own MAC is our own probe or announcement.
+	if f.spa == f.tpa || f.sha == r.mac {
+		return
+	}
+	if f.ethDst != broadcastMAC && f.ethDst != r.mac {
+		return
+	}
+	o.m.requests.Inc()
+	frame := appendARPReply(out, r.mac, f.tpa, f.sha, f.spa)
+	copy(dst.HardwareAddr, f.sha[:])
+	if _, err := r.arp.WriteTo(frame, dst); err != nil {
+		r.log.Error(err, "sending ARP reply failed", "ip", o.addr.String())
+		return
+	}
+	o.m.responses.Inc()
+	if v := r.log.V(2); v.Enabled() {
+		v.Info("answered ARP request", "ip", o.addr.String(), "requester", net.HardwareAddr(f.sha[:]).String())
+	}
+}
+
+func (r *responder) serveNDPFrame() func([]byte) {
+	var f ndpFrame
+	return func(b []byte) { r.handleNDP(b, &f) }
+}
+
+// handleNDP is the NDP policy: answer solicitations for owned targets
+// (multicast to the solicited-node group, or unicast for neighbour
+// unreachability detection), and report advertisements for owned targets
+// from another MAC.
+func (r *responder) handleNDP(b []byte, f *ndpFrame) {
+	if !parseNDP(b, f) {
+		return
+	}
+	set := r.owned.Load()
+	if set == nil || len(set.v6) == 0 {
+		return
+	}
+	o := set.v6[f.target]
+	if o == nil {
+		return
+	}
+	if f.typ == icmpTypeNA {
+		mac := f.ethSrc
+		if f.hasLLA {
+			mac = f.lla
+		}
+		if mac != r.mac && !r.isLocal(mac) {
+			r.conflict(o, mac, r.link.Name)
+		}
+		return
+	}
+	if f.ethSrc == r.mac {
+		return
+	}
+	dstIP := netip.AddrFrom16(f.dst)
+	if dstIP != o.addr && dstIP != solicitedNodeGroup(o.addr) {
+		return
+	}
+	if f.ethDst != r.mac && f.ethDst[0]&1 == 0 {
+		return
+	}
+	src := netip.AddrFrom16(f.src)
+	o.m.requests.Inc()
+	var (
+		frame []byte
+		err   error
+	)
+	if src.IsUnspecified() {
+		// Duplicate address detection by another host: RFC 4861 7.2.4 says
+		// answer to all-nodes, not solicited. This defends the address.
+		frame, err = buildNA(r.link.MAC, r.link.LinkLocal, ipv6AllNodes, multicastMAC(ipv6AllNodes), o.addr, false, true)
+	} else {
+		dstMAC := f.ethSrc
+		if f.hasLLA {
+			dstMAC = f.lla
+		}
+		frame, err = buildNA(r.link.MAC, r.link.LinkLocal, src, dstMAC, o.addr, true, solicitedOverride)
+	}
+	if err == nil {
+		_, err = r.ndp.WriteTo(frame, &packet.Addr{HardwareAddr: net.HardwareAddr(frame[0:6])})
+	}
+	if err != nil {
+		r.log.Error(err, "sending neighbor advertisement failed", "ip", o.addr.String())
+		return
+	}
+	o.m.responses.Inc()
+}
+
+// solicitedOverride is the Override flag of solicited advertisements. It is
+// false, as MetalLB sends: a solicited answer then only fills an incomplete
+// entry and never flips a client's existing entry; takeovers flip entries
+// with unsolicited Override advertisements instead.
+const solicitedOverride = false
+
+// sendGratuitous announces ip on this interface: for IPv4 the optional
+// RFC 5227 probe, then gratuitous request and reply; for IPv6 an unsolicited
+// Override advertisement to all nodes. It returns the number of gratuitous
+// frames sent (the probe is not counted).
+func (r *responder) sendGratuitous(ip netip.Addr, probe bool) (int, error) {
+	if ip.Is4() {
+		if r.arp == nil {
+			return 0, nil
+		}
+		if probe {
+			b, err := arpProbe(r.link.MAC, ip)
+			if err != nil {
+				return 0, err
+			}
+			if _, err := r.arp.WriteTo(b, &packet.Addr{HardwareAddr: net.HardwareAddr(broadcastMAC[:])}); err != nil {
+				return 0, err
+			}
+		}
+		frames, err := gratuitousARP(r.link.MAC, ip)
+		if err != nil {
+			return 0, err
+		}
+		sent := 0
+		for _, b := range frames {
+			if _, err := r.arp.WriteTo(b, &packet.Addr{HardwareAddr: net.HardwareAddr(broadcastMAC[:])}); err != nil {
+				return sent, err
+			}
+			sent++
+		}
+		return sent, nil
+	}
+	if r.ndp == nil {
+		return 0, nil
+	}
+	b, err := buildNA(r.link.MAC, r.link.LinkLocal, ipv6AllNodes, multicastMAC(ipv6AllNodes), ip, false, true)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := r.ndp.WriteTo(b, &packet.Addr{HardwareAddr: net.HardwareAddr(b[0:6])}); err != nil {
+		return 0, err
+	}
+	return 1, nil
+}
