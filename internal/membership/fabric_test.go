@@ -155,7 +155,9 @@ func startMember(tb testing.TB, f *fabric, name string, opts Options, logger log
 // kill makes the member vanish like a crashed host: no Leave, packets dropped.
 func (m *member) kill(f *fabric) {
 	f.kill(m.addr)
+	m.list.crashed.Store(true)
 	_ = m.list.ml.Shutdown()
+	m.cancel()
 }
 
 // stop leaves gracefully and waits for it.

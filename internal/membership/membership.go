@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -220,8 +221,14 @@ type List struct {
 	ev   chan Event
 	done chan struct{}
 
+	keyring *memberlist.Keyring
+
 	mu    sync.Mutex
 	peers []string // known peer addresses host:port, for rejoin
+
+	// crashed is set when the memberlist was shut down without leaving (tests
+	// simulating a crash); Leave would panic after Shutdown.
+	crashed atomic.Bool
 }
 
 // Interface is what the speaker needs from membership.
@@ -281,7 +288,12 @@ func Start(ctx context.Context, logger logr.Logger, opts Options) (*List, error)
 		cfg.Transport = opts.transport
 	}
 	if len(opts.SecretKey) > 0 {
-		cfg.SecretKey = SecretKeyFromSecret(opts.SecretKey)
+		kr, err := memberlist.NewKeyring(nil, SecretKeyFromSecret(opts.SecretKey))
+		if err != nil {
+			return nil, fmt.Errorf("memberlist secret key: %w", err)
+		}
+		l.keyring = kr
+		cfg.Keyring = kr
 		cfg.GossipVerifyIncoming = true
 		cfg.GossipVerifyOutgoing = true
 	} else {
@@ -318,6 +330,31 @@ func (l *List) Members() []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// SetSecretKey switches encryption to a new secret (the memberlist Secret was
+// rotated). Previous keys are kept for decryption, so members that have not
+// switched yet are still understood; the new key encrypts from now on. It is an
+// error to set a key when the list was started without encryption.
+func (l *List) SetSecretKey(secret []byte) error {
+	if l.keyring == nil {
+		return errors.New("memberlist was started without encryption; restart to enable it")
+	}
+	k := SecretKeyFromSecret(secret)
+	if len(k) == 0 {
+		return errors.New("empty memberlist secret key")
+	}
+	if bytes.Equal(l.keyring.GetPrimaryKey(), k) {
+		return nil
+	}
+	if err := l.keyring.AddKey(k); err != nil {
+		return fmt.Errorf("add memberlist key: %w", err)
+	}
+	if err := l.keyring.UseKey(k); err != nil {
+		return fmt.Errorf("use memberlist key: %w", err)
+	}
+	l.log.Info("memberlist key rotated", "keys", len(l.keyring.GetKeys()))
+	return nil
 }
 
 // NumMembers returns the number of members that are alive (not suspect).
@@ -405,6 +442,9 @@ func (l *List) run(ctx context.Context) {
 // leave broadcasts our departure, so peers drop us immediately, then shuts the
 // memberlist down.
 func (l *List) leave() {
+	if l.crashed.Load() {
+		return
+	}
 	start := time.Now()
 	if err := l.ml.Leave(l.opts.LeaveTimeout); err != nil {
 		l.log.Error(err, "memberlist leave did not complete; peers will detect the departure by timeout", "timeout", l.opts.LeaveTimeout)
