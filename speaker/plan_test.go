@@ -98,8 +98,17 @@ func TestDecide(t *testing.T) {
 		reason string
 	}{
 		{"deleted", nil, snap(winner), ReasonServiceDeleted},
-		{"not a load balancer", func() *corev1.Service { s := lbService("172.18.255.201"); s.Spec.Type = corev1.ServiceTypeClusterIP; return s }(), snap(winner), ReasonNotLoadBalancer},
-		{"other class", func() *corev1.Service { s := lbService("172.18.255.201"); c := "other"; s.Spec.LoadBalancerClass = &c; return s }(), snap(winner), ReasonOtherClass},
+		{"not a load balancer", func() *corev1.Service {
+			s := lbService("172.18.255.201")
+			s.Spec.Type = corev1.ServiceTypeClusterIP
+			return s
+		}(), snap(winner), ReasonNotLoadBalancer},
+		{"other class", func() *corev1.Service {
+			s := lbService("172.18.255.201")
+			c := "other"
+			s.Spec.LoadBalancerClass = &c
+			return s
+		}(), snap(winner), ReasonOtherClass},
 		{"no IP yet", lbService(), snap(winner), ReasonNoIPAllocated},
 		{"garbage IP", lbService("not-an-ip"), snap(winner), ReasonInvalidIP},
 		{"IP in no pool", lbService("10.99.0.1"), snap(winner), ReasonIPNotAllowed},
