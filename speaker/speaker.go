@@ -35,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -204,6 +205,9 @@ func Run(ctx context.Context, opts Options) error {
 		Metrics:                metricsOpts,
 		HealthProbeBindAddress: probeAddr,
 		LeaderElection:         false,
+		// One manager per process in production; tests run several speakers
+		// in one process, whose controllers share names.
+		Controller: config.Controller{SkipNameValidation: ptr(true)},
 		// The speaker must stop quickly on SIGTERM; the memberlist leave
 		// already happened by then.
 		GracefulShutdownTimeout: ptr(5 * time.Second),

@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -54,11 +55,14 @@ func (f *fabric) isDead(addrs ...string) bool {
 // holeTransport wraps memberlist's real NetTransport with the fabric switch.
 type holeTransport struct {
 	*memberlist.NetTransport
-	f    *fabric
-	self string
-	in   chan *memberlist.Packet
-	stop chan struct{}
-	once sync.Once
+	f         *fabric
+	self      string
+	in        chan *memberlist.Packet
+	stop      chan struct{}
+	once      sync.Once
+	closing   atomic.Bool
+	closingCh chan struct{}
+	closeOnce sync.Once
 }
 
 func newHoleTransport(f *fabric) (*holeTransport, error) {
@@ -70,7 +74,7 @@ func newHoleTransport(f *fabric) (*holeTransport, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &holeTransport{NetTransport: nt, f: f, in: make(chan *memberlist.Packet, 256), stop: make(chan struct{})}
+	t := &holeTransport{NetTransport: nt, f: f, in: make(chan *memberlist.Packet, 256), stop: make(chan struct{}), closingCh: make(chan struct{})}
 	t.self = fmt.Sprintf("127.0.0.1:%d", nt.GetAutoBindPort())
 	go func() {
 		for {
@@ -78,11 +82,12 @@ func newHoleTransport(f *fabric) (*holeTransport, error) {
 			case <-t.stop:
 				return
 			case p := <-nt.PacketCh():
-				if f.isDead(t.self, p.From.String()) {
+				if t.closing.Load() || f.isDead(t.self, p.From.String()) {
 					continue
 				}
 				select {
 				case t.in <- p:
+				case <-t.closingCh: // memberlist may have stopped reading
 				case <-t.stop:
 					return
 				}
@@ -92,9 +97,15 @@ func newHoleTransport(f *fabric) (*holeTransport, error) {
 	return t, nil
 }
 
+// Shutdown keeps draining the NetTransport while it shuts down: its UDP
+// reader may be blocked handing us a packet, and NetTransport.Shutdown waits
+// for that reader.
 func (t *holeTransport) Shutdown() error {
+	t.closing.Store(true)
+	t.closeOnce.Do(func() { close(t.closingCh) })
+	err := t.NetTransport.Shutdown()
 	t.once.Do(func() { close(t.stop) })
-	return t.NetTransport.Shutdown()
+	return err
 }
 
 func (t *holeTransport) WriteTo(b []byte, addr string) (time.Time, error) {

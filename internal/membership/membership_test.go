@@ -239,3 +239,32 @@ func freePort(t *testing.T) int {
 	t.Fatal("no free port")
 	return 0
 }
+
+// Rotating the key keeps the old one for decryption: a cluster that switched
+// to key B accepts a newcomer that only knows B, and members still agree.
+func TestKeyRotation(t *testing.T) {
+	f := newFabric()
+	ms := startCluster(t, f, 2, testOptions("key-A"), testLogger(t))
+	defer func() {
+		for _, m := range ms {
+			m.stop()
+		}
+	}()
+	waitMembers(t, ms, []string{"n1", "n2"}, 20*time.Second)
+	for _, m := range ms {
+		if err := m.list.SetSecretKey([]byte("key-B")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newcomer := startMember(t, f, "n3", testOptions("key-B"), testLogger(t))
+	defer newcomer.stop()
+	if _, err := newcomer.list.Join([]string{ms[0].addr}); err != nil {
+		t.Fatalf("newcomer with the rotated key cannot join: %v", err)
+	}
+	waitMembers(t, append(ms, newcomer), []string{"n1", "n2", "n3"}, 20*time.Second)
+
+	plain := &List{}
+	if err := plain.SetSecretKey([]byte("x")); err == nil {
+		t.Error("SetSecretKey on an unencrypted list must fail")
+	}
+}
