@@ -386,4 +386,3 @@ func freeUDPTCPPort(t *testing.T, addrs ...string) int {
 	t.Fatal("no free port")
 	return 0
 }
-
