@@ -37,6 +37,7 @@ generate: $(CONTROLLER_GEN) ## Generate DeepCopy methods for the API types.
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate CRDs, RBAC and webhook manifests from the Go markers.
 	$(CONTROLLER_GEN) crd paths="./api/..." output:crd:artifacts:config=config/crd/bases
+	$(CONTROLLER_GEN) webhook paths="./internal/webhook/..." output:webhook:artifacts:config=config/webhook
 
 .PHONY: verify-gen
 verify-gen: generate manifests ## Fail when generated files differ from what is committed.
@@ -100,6 +101,9 @@ define go-install-tool
 @ln -sf $$(basename $(1))-$(3) $(1)
 endef
 
+# `make bin/controller-gen` works too (the rules above use absolute paths).
+.PHONY: bin/controller-gen
+bin/controller-gen: $(CONTROLLER_GEN)
 $(CONTROLLER_GEN): | $(LOCALBIN)
 	$(call go-install-tool,$(CONTROLLER_GEN),sigs.k8s.io/controller-tools/cmd/controller-gen,$(CONTROLLER_TOOLS_VERSION))
 $(HELM): | $(LOCALBIN)
