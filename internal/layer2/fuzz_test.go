@@ -225,4 +225,3 @@ func FuzzHandleNDP(f *testing.F) {
 		}
 	})
 }
-

@@ -2,11 +2,11 @@ package layer2
 
 import (
 	"errors"
+	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
-	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 )
 
