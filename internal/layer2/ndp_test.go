@@ -40,8 +40,8 @@ func checkNA(t *testing.T, b []byte, wantDstMAC net.HardwareAddr, wantDst, targe
 	if dstMAC.String() != wantDstMAC.String() || dst != wantDst {
 		t.Errorf("sent to %s/%s, want %s/%s", dstMAC, dst, wantDstMAC, wantDst)
 	}
-	if src != netip.MustParseAddr(ll0) || hop != 255 {
-		t.Errorf("source %s hop limit %d, want %s and 255", src, hop, ll0)
+	if src != target || hop != 255 {
+		t.Errorf("source %s hop limit %d, want the target %s and 255", src, hop, target)
 	}
 	if na.TargetAddress != target || na.Solicited != solicited || na.Override != override || na.Router {
 		t.Errorf("advertisement %+v, want target %s solicited=%v override=%v", na, target, solicited, override)
@@ -155,7 +155,7 @@ func TestNDPConflict(t *testing.T) {
 }
 
 func TestBuildNAMatchesLibrary(t *testing.T) {
-	b, err := buildNA(mustMAC(eth0MAC), netip.MustParseAddr(ll0), client6, [6]byte(clientMAC), vip6, true, false)
+	b, err := buildNA(mustMAC(eth0MAC), vip6, client6, [6]byte(clientMAC), vip6, true, false)
 	if err != nil {
 		t.Fatal(err)
 	}
