@@ -3,6 +3,7 @@ package layer2
 import (
 	"context"
 	"errors"
+	"maps"
 	"net"
 	"net/netip"
 	"regexp"
@@ -112,6 +113,7 @@ type Announcer struct {
 	started    bool
 	balancers  map[string]balancer
 	ips        map[netip.Addr]*ipState
+	refs       map[netip.Addr]map[string]struct{} // IP -> balancers using it
 	ipMetrics  map[netip.Addr]*ipMetrics
 	responders map[string]*responder // by interface name
 	bursts     map[burstKey]*burst
@@ -159,6 +161,7 @@ func NewAnnouncer(log logr.Logger, opts Options) *Announcer {
 		defendCh:     make(chan burstKey, 64),
 		balancers:    map[string]balancer{},
 		ips:          map[netip.Addr]*ipState{},
+		refs:         map[netip.Addr]map[string]struct{}{},
 		ipMetrics:    map[netip.Addr]*ipMetrics{},
 		responders:   map[string]*responder{},
 		bursts:       map[burstKey]*burst{},
@@ -190,8 +193,9 @@ func (a *Announcer) SetBalancer(name string, ips []netip.Addr, interfaces []stri
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	old := a.balancers[name]
 	a.balancers[name] = b
-	a.recomputeLocked()
+	a.applyLocked(name, old.ips, b.ips)
 }
 
 // DeleteBalancer forgets balancer name. Its IPs (unless another balancer
@@ -199,11 +203,12 @@ func (a *Announcer) SetBalancer(name string, ips []netip.Addr, interfaces []stri
 func (a *Announcer) DeleteBalancer(name string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if _, ok := a.balancers[name]; !ok {
+	old, ok := a.balancers[name]
+	if !ok {
 		return
 	}
 	delete(a.balancers, name)
-	a.recomputeLocked()
+	a.applyLocked(name, old.ips, nil)
 }
 
 // Interfaces returns the names of the interfaces that currently have a
@@ -220,41 +225,65 @@ func (a *Announcer) Interfaces() []string {
 	return out
 }
 
-// recomputeLocked rebuilds the owned IPs from the balancers and pushes the
-// new sets to every responder.
-func (a *Announcer) recomputeLocked() {
-	ips := map[netip.Addr]*ipState{}
-	for _, b := range a.balancers {
-		for _, ip := range b.ips {
-			st := ips[ip]
-			if st == nil {
-				st = &ipState{interfaces: map[string]bool{}}
-				if old := a.ips[ip]; old != nil {
-					st.owned = old.owned
-				} else {
-					st.owned = &ownedIP{addr: ip, m: a.metricsFor(ip)}
-				}
-				ips[ip] = st
+// applyLocked updates the reverse index for balancer name moving from
+// oldIPs to newIPs, recomputes the state of the affected IPs only, and pushes
+// the changes to every responder. The cost is proportional to the change,
+// not to the number of IPs owned (apart from cloning each changed responder's
+// set, a flat map copy).
+func (a *Announcer) applyLocked(name string, oldIPs, newIPs []netip.Addr) {
+	affected := slices.Clone(oldIPs)
+	for _, ip := range oldIPs {
+		delete(a.refs[ip], name)
+	}
+	for _, ip := range newIPs {
+		if a.refs[ip] == nil {
+			a.refs[ip] = map[string]struct{}{}
+		}
+		a.refs[ip][name] = struct{}{}
+		if !slices.Contains(affected, ip) {
+			affected = append(affected, ip)
+		}
+	}
+	if len(affected) == 0 {
+		return
+	}
+	var lost []netip.Addr
+	for _, ip := range affected {
+		if len(a.refs[ip]) == 0 {
+			delete(a.refs, ip)
+			if a.ips[ip] != nil {
+				delete(a.ips, ip)
+				lost = append(lost, ip)
 			}
+			continue
+		}
+		st := &ipState{interfaces: map[string]bool{}}
+		if old := a.ips[ip]; old != nil {
+			st.owned = old.owned
+		} else {
+			st.owned = &ownedIP{addr: ip, m: a.metricsFor(ip)}
+		}
+		for n := range a.refs[ip] {
+			b := a.balancers[n]
 			if len(b.interfaces) == 0 {
 				st.all = true
 			}
-			for _, n := range b.interfaces {
-				st.interfaces[n] = true
+			for _, i := range b.interfaces {
+				st.interfaces[i] = true
 			}
 		}
+		a.ips[ip] = st
 	}
-	a.ips = ips
 	for _, r := range a.responders {
-		a.updateResponderLocked(r)
+		a.updateResponderLocked(r, affected)
 	}
-	a.cmu.Lock()
-	for ip := range a.lastConflict {
-		if ips[ip] == nil {
+	if len(lost) > 0 {
+		a.cmu.Lock()
+		for _, ip := range lost {
 			delete(a.lastConflict, ip)
 		}
+		a.cmu.Unlock()
 	}
-	a.cmu.Unlock()
 	a.kickGARP()
 }
 
@@ -267,54 +296,70 @@ func (a *Announcer) metricsFor(ip netip.Addr) *ipMetrics {
 	return m
 }
 
-// updateResponderLocked swaps in r's new owned set, schedules announcements
-// for IPs it newly owns, cancels them for IPs it lost, and keeps the
-// solicited-node group memberships in step.
-func (a *Announcer) updateResponderLocked(r *responder) {
-	set := &ownedSet{v4: map[uint32]*ownedIP{}, v6: map[[16]byte]*ownedIP{}}
-	for ip, st := range a.ips {
-		if !st.all && !st.interfaces[r.link.Name] {
-			continue
-		}
-		switch {
-		case ip.Is4() && r.arp != nil:
-			set.v4[v4key(ip)] = st.owned
-		case ip.Is6() && r.ndp != nil:
-			set.v6[ip.As16()] = st.owned
+// updateResponderLocked brings r's owned set in step for the affected IPs
+// (nil: all, for a new responder): it schedules announcements for IPs r newly
+// owns, cancels them for IPs it lost, keeps solicited-node group memberships
+// in step, and swaps the new set in atomically.
+func (a *Announcer) updateResponderLocked(r *responder, affected []netip.Addr) {
+	old := r.owned.Load()
+	if affected == nil {
+		for ip := range a.ips {
+			affected = append(affected, ip)
 		}
 	}
-	old := r.owned.Load()
+	var set *ownedSet
+	var added, removed []netip.Addr
+	for _, ip := range affected {
+		st := a.ips[ip]
+		want := st != nil && (st.all || st.interfaces[r.link.Name]) &&
+			((ip.Is4() && r.arp != nil) || (ip.Is6() && r.ndp != nil))
+		if want == old.has(ip) {
+			continue
+		}
+		if set == nil {
+			set = &ownedSet{v4: map[uint32]*ownedIP{}, v6: map[[16]byte]*ownedIP{}}
+			if old != nil {
+				set.v4, set.v6 = maps.Clone(old.v4), maps.Clone(old.v6)
+			}
+		}
+		switch {
+		case want && ip.Is4():
+			set.v4[v4key(ip)] = st.owned
+		case want:
+			set.v6[ip.As16()] = st.owned
+		case ip.Is4():
+			delete(set.v4, v4key(ip))
+		default:
+			delete(set.v6, ip.As16())
+		}
+		if want {
+			added = append(added, ip)
+		} else {
+			removed = append(removed, ip)
+		}
+	}
+	if set == nil {
+		if old == nil {
+			r.owned.Store(&ownedSet{v4: map[uint32]*ownedIP{}, v6: map[[16]byte]*ownedIP{}})
+		}
+		return
+	}
 	// Join groups before answering so multicast solicitations arrive; the
 	// swap is what starts and stops answers.
-	for k, o := range set.v6 {
-		if old == nil || old.v6[k] == nil {
-			a.joinLocked(r, o.addr)
+	for _, ip := range added {
+		if ip.Is6() {
+			a.joinLocked(r, ip)
 		}
 	}
 	r.owned.Store(set)
 	now := time.Now()
-	for _, o := range set.v4 {
-		if !old.has(o.addr) {
-			a.scheduleLocked(burstKey{o.addr, r.link.Name}, now, true)
-		}
+	for _, ip := range added {
+		a.scheduleLocked(burstKey{ip, r.link.Name}, now, ip.Is4())
 	}
-	for _, o := range set.v6 {
-		if !old.has(o.addr) {
-			a.scheduleLocked(burstKey{o.addr, r.link.Name}, now, false)
-		}
-	}
-	if old == nil {
-		return
-	}
-	for k, o := range old.v4 {
-		if set.v4[k] == nil {
-			delete(a.bursts, burstKey{o.addr, r.link.Name})
-		}
-	}
-	for k, o := range old.v6 {
-		if set.v6[k] == nil {
-			delete(a.bursts, burstKey{o.addr, r.link.Name})
-			a.leaveLocked(r, o.addr)
+	for _, ip := range removed {
+		delete(a.bursts, burstKey{ip, r.link.Name})
+		if ip.Is6() {
+			a.leaveLocked(r, ip)
 		}
 	}
 }
@@ -459,7 +504,7 @@ func (a *Announcer) rescan() {
 			continue
 		}
 		a.responders[l.Name] = r
-		a.updateResponderLocked(r)
+		a.updateResponderLocked(r, nil)
 		r.start()
 		a.log.Info("created responder", "interface", l.Name, "mac", l.MAC.String(), "arp", wantARP, "ndp", wantNDP)
 	}

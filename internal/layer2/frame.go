@@ -205,7 +205,9 @@ func multicastMAC(ip netip.Addr) [6]byte {
 
 // buildNA returns an Ethernet frame carrying a Neighbor Advertisement for
 // target with our MAC in the target link-layer address option, from srcIP
-// (our link-local address) to dstIP / dstMAC. The ICMPv6 body and checksum
+// to dstIP / dstMAC. Callers source it from the target address itself, as the
+// Linux kernel does for its own addresses: some clients (ndisc6) only accept
+// an advertisement whose source is the target. The ICMPv6 body and checksum
 // come from mdlayher/ndp; the IPv6 and Ethernet headers are written here
 // because the frame goes out through the same AF_PACKET socket the
 // solicitation came in on (the kernel does not own the target address, so

@@ -58,7 +58,7 @@ func (c *memConn) Close() error {
 	return nil
 }
 
-func (c *memConn) LocalAddr() net.Addr                { return nil }
+func (c *memConn) LocalAddr() net.Addr              { return nil }
 func (c *memConn) SetDeadline(time.Time) error      { return nil }
 func (c *memConn) SetReadDeadline(time.Time) error  { return nil }
 func (c *memConn) SetWriteDeadline(time.Time) error { return nil }
@@ -250,7 +250,7 @@ func parseARPWithLib(t *testing.T, b []byte) (*ethernet.Frame, *arp.Packet) {
 }
 
 // ipv6Frame wraps an NDP message in IPv6 (hop limit 255) and Ethernet.
-func ipv6Frame(t *testing.T, srcMAC, dstMAC net.HardwareAddr, src, dst netip.Addr, m ndp.Message) []byte {
+func ipv6Frame(t testing.TB, srcMAC, dstMAC net.HardwareAddr, src, dst netip.Addr, m ndp.Message) []byte {
 	t.Helper()
 	body, err := ndp.MarshalMessageChecksum(m, src, dst)
 	if err != nil {

@@ -26,7 +26,7 @@ type Link struct {
 	NoARP     bool // IFF_NOARP
 	Slave     bool // enslaved to a bridge, bond or VRF: the master answers
 	// LinkLocal is a usable (not tentative, not failed DAD) IPv6 link-local
-	// address, the source of our advertisements; invalid if none.
+	// address: the interface does IPv6, so it gets an NDP responder; invalid if none.
 	LinkLocal netip.Addr
 }
 

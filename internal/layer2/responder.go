@@ -227,13 +227,13 @@ func (r *responder) handleNDP(b []byte, f *ndpFrame) {
 	if src.IsUnspecified() {
 		// Duplicate address detection by another host: RFC 4861 7.2.4 says
 		// answer to all-nodes, not solicited. This defends the address.
-		frame, err = buildNA(r.link.MAC, r.link.LinkLocal, ipv6AllNodes, multicastMAC(ipv6AllNodes), o.addr, false, true)
+		frame, err = buildNA(r.link.MAC, o.addr, ipv6AllNodes, multicastMAC(ipv6AllNodes), o.addr, false, true)
 	} else {
 		dstMAC := f.ethSrc
 		if f.hasLLA {
 			dstMAC = f.lla
 		}
-		frame, err = buildNA(r.link.MAC, r.link.LinkLocal, src, dstMAC, o.addr, true, solicitedOverride)
+		frame, err = buildNA(r.link.MAC, o.addr, src, dstMAC, o.addr, true, solicitedOverride)
 	}
 	if err == nil {
 		_, err = r.ndp.WriteTo(frame, &packet.Addr{HardwareAddr: net.HardwareAddr(frame[0:6])})
@@ -285,7 +285,7 @@ func (r *responder) sendGratuitous(ip netip.Addr, probe bool) (int, error) {
 	if r.ndp == nil {
 		return 0, nil
 	}
-	b, err := buildNA(r.link.MAC, r.link.LinkLocal, ipv6AllNodes, multicastMAC(ipv6AllNodes), ip, false, true)
+	b, err := buildNA(r.link.MAC, ip, ipv6AllNodes, multicastMAC(ipv6AllNodes), ip, false, true)
 	if err != nil {
 		return 0, err
 	}
