@@ -188,7 +188,8 @@ func oneFailover(tb testing.TB, o Options, n int, rnd *rand.Rand) (last, first t
 //	IRONLB_FP_DURATION=2m go test ./internal/membership -run TestFalsePositivesUnderLoad -v -timeout 30m
 //
 // IRONLB_FP_MEMBERS sets the cluster size (default 5), IRONLB_FP_BURNERS the
-// number of burner processes (default: one per CPU).
+// number of burner processes (default: one per CPU), IRONLB_FP_TIMING a timing
+// set of BenchmarkFailover by name (default: DefaultOptions).
 func TestFalsePositivesUnderLoad(t *testing.T) {
 	dur, err := time.ParseDuration(os.Getenv("IRONLB_FP_DURATION"))
 	if err != nil || dur <= 0 {
@@ -209,6 +210,18 @@ func TestFalsePositivesUnderLoad(t *testing.T) {
 
 	f := newFabric()
 	o := DefaultOptions()
+	name := "ironlb-default"
+	if want := os.Getenv("IRONLB_FP_TIMING"); want != "" {
+		found := false
+		for _, tm := range timings() {
+			if tm.name == want {
+				o, name, found = tm.o, tm.name, true
+			}
+		}
+		if !found {
+			t.Fatalf("IRONLB_FP_TIMING=%q: not one of the BenchmarkFailover timing sets", want)
+		}
+	}
 	o.SecretKey = []byte("fp-test")
 	ms := startCluster(t, f, n, o, logger)
 	defer func() {
@@ -238,7 +251,7 @@ func TestFalsePositivesUnderLoad(t *testing.T) {
 			_ = p.Wait()
 		}
 	}()
-	t.Logf("%d members, %d burner processes (pids %v), %s, timings %s", n, burners, pids(procs), dur, describe(o.withDefaults()))
+	t.Logf("%d members, %d burner processes (pids %v), %s, timings %s: %s", n, burners, pids(procs), dur, name, describe(o.withDefaults()))
 
 	leaves := 0
 	maxHealth := 0
