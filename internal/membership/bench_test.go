@@ -32,8 +32,8 @@ func timings() []timing {
 	lan.GossipInterval = 200 * time.Millisecond
 
 	b := DefaultOptions()
-	b.ProbeInterval, b.ProbeTimeout = 100*time.Millisecond, 50*time.Millisecond
-	b.SuspicionMult, b.SuspicionMaxTimeoutMult = 4, 3
+	b.ProbeInterval, b.ProbeTimeout = 200*time.Millisecond, 100*time.Millisecond
+	b.SuspicionMult, b.SuspicionMaxTimeoutMult = 3, 3
 
 	c := DefaultOptions()
 	c.ProbeInterval, c.ProbeTimeout = 250*time.Millisecond, 150*time.Millisecond
@@ -45,8 +45,8 @@ func timings() []timing {
 
 	return []timing{
 		{"lan-default", lan},
-		{"ironlb-default", DefaultOptions()},
-		{"pi100-sm4", b},
+		{"pi200-sm3", b},
+		{"default", DefaultOptions()}, // probe 100ms/50ms, suspicion 4x (max 3x)
 		{"pi250-sm2", c},
 		{"pi150-sm3-max2", d},
 	}
@@ -210,7 +210,7 @@ func TestFalsePositivesUnderLoad(t *testing.T) {
 
 	f := newFabric()
 	o := DefaultOptions()
-	name := "ironlb-default"
+	name := "default"
 	if want := os.Getenv("IRONLB_FP_TIMING"); want != "" {
 		found := false
 		for _, tm := range timings() {
