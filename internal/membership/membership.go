@@ -92,8 +92,8 @@ const DefaultPort = 7946
 // docs/benchmarks-speaker.md for the measurements behind each number.
 func DefaultOptions() Options {
 	return Options{
-		BindAddr:                "0.0.0.0",
-		BindPort:                DefaultPort,
+		BindAddr: "0.0.0.0",
+		BindPort: DefaultPort,
 		// BenchmarkFailover: kill seen by all survivors p50 0.59 s, p99
 		// 0.75-0.95 s (3 and 5 members); TestFalsePositivesUnderLoad: no
 		// false death in 2 x 2 min with both cores saturated.
