@@ -6,7 +6,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +25,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/ironlb/ironlb/api/v1beta1"
 	"github.com/ironlb/ironlb/internal/election"
@@ -31,7 +35,7 @@ import (
 const testNS = "metallb-system"
 
 // startEnv starts a real API server (envtest) with ironlb's CRDs, or skips.
-func startEnv(t *testing.T) (*rest.Config, client.Client) {
+func startEnv(t *testing.T) (*rest.Config, client.Client, *envtest.Environment) {
 	t.Helper()
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
@@ -64,7 +68,7 @@ func startEnv(t *testing.T) (*rest.Config, client.Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cfg, c
+	return cfg, c, env
 }
 
 func create(t *testing.T, c client.Client, objs ...client.Object) {
@@ -155,18 +159,16 @@ func describeStatuses(items []v1beta1.ServiceL2Status) string {
 	return fmt.Sprintf("%d objects %s", len(items), b.String())
 }
 
-// TestSpeakersAgainstAPIServer runs two real speakers (memberlist on
-// 127.0.0.1 and 127.0.0.2, announcers without interfaces) against a real API
-// server and checks the ServiceL2Status objects and events they produce, the
-// takeover when the owner stops, and the clean-up.
-func TestSpeakersAgainstAPIServer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("envtest: skipped in -short mode")
-	}
-	cfg, c := startEnv(t)
-	ctx := context.Background()
-	port := freeUDPTCPPort(t, "127.0.0.1", "127.0.0.2")
+// testVIP is the Service's IP in the seeded cluster.
+const testVIP = "172.18.255.201"
 
+// seed creates the install namespace, the memberlist Secret, a pool and an
+// advertisement, nodes w1 and w2 with their speaker Pods (IPs 127.0.0.1 and
+// 127.0.0.2, the memberlist addresses), and Service ns1/web with testVIP and a
+// ready endpoint on w1.
+func seed(t *testing.T, c client.Client) (nodes map[string]string, svc *corev1.Service, eps *discoveryv1.EndpointSlice) {
+	t.Helper()
+	ctx := context.Background()
 	create(t, c,
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}},
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns1"}},
@@ -177,7 +179,7 @@ func TestSpeakersAgainstAPIServer(t *testing.T) {
 		&v1beta1.L2Advertisement{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "l2"},
 			Spec: v1beta1.L2AdvertisementSpec{IPAddressPools: []string{"p1"}, Interfaces: []string{"eth0"}}},
 	)
-	nodes := map[string]string{"w1": "127.0.0.1", "w2": "127.0.0.2"}
+	nodes = map[string]string{"w1": "127.0.0.1", "w2": "127.0.0.2"}
 	for _, n := range []string{"w1", "w2"} {
 		create(t, c, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}})
 		pod := &corev1.Pod{
@@ -191,26 +193,44 @@ func TestSpeakersAgainstAPIServer(t *testing.T) {
 			t.Fatalf("pod status: %v", err)
 		}
 	}
-	svc := &corev1.Service{
+	svc = &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns1", Name: "web"},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer,
 			Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}},
 	}
 	create(t, c, svc)
-	const vip = "172.18.255.201"
-	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: vip}}
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: testVIP}}
 	if err := c.Status().Update(ctx, svc); err != nil {
 		t.Fatalf("service status: %v", err)
 	}
 	ready := true
 	w1 := "w1"
-	eps := &discoveryv1.EndpointSlice{
+	eps = &discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Namespace: "ns1", Name: "web-abc", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.10.1.5"}, NodeName: &w1,
 			Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
 	}
 	create(t, c, eps)
+
+	return nodes, svc, eps
+}
+
+// TestSpeakersAgainstAPIServer runs two real speakers (memberlist on
+// 127.0.0.1 and 127.0.0.2, announcers without interfaces) against a real API
+// server and checks the ServiceL2Status objects and events they produce, the
+// takeover when the owner stops, and the clean-up.
+func TestSpeakersAgainstAPIServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("envtest: skipped in -short mode")
+	}
+	cfg, c, _ := startEnv(t)
+	ctx := context.Background()
+	port := freeUDPTCPPort(t, "127.0.0.1", "127.0.0.2")
+
+	nodes, svc, eps := seed(t, c)
+	const vip = testVIP
+	ready := true
 
 	stops := map[string]func(){}
 	for n, ip := range nodes {
@@ -228,31 +248,7 @@ func TestSpeakersAgainstAPIServer(t *testing.T) {
 	other := map[string]string{"w1": "w2", "w2": "w1"}[winner]
 	t.Logf("expected owner of %s: %s", vip, winner)
 
-	checkOwner := func(owner string) func() string {
-		return func() string {
-			items := statuses(t, c)
-			if len(items) != 1 {
-				return describeStatuses(items)
-			}
-			s := items[0]
-			switch {
-			case s.Status.Node != owner, s.Labels[v1beta1.ServiceL2StatusNodeLabel] != owner:
-				return "wrong node: " + describeStatuses(items)
-			case s.Status.ServiceName != "web" || s.Status.ServiceNamespace != "ns1":
-				return "wrong service: " + describeStatuses(items)
-			case s.Labels[v1beta1.ServiceL2StatusServiceNameLabel] != "web" || s.Labels[v1beta1.ServiceL2StatusServiceNamespaceLabel] != "ns1":
-				return "wrong labels: " + describeStatuses(items)
-			case !strings.HasPrefix(s.Name, "l2-"):
-				return "name not from generateName l2-: " + s.Name
-			case len(s.OwnerReferences) != 1 || s.OwnerReferences[0].Kind != "Pod" || s.OwnerReferences[0].Name != "speaker-"+owner:
-				return fmt.Sprintf("owner references %+v", s.OwnerReferences)
-			case len(s.Status.Interfaces) != 1 || s.Status.Interfaces[0].Name != "eth0":
-				return fmt.Sprintf("interfaces %+v", s.Status.Interfaces)
-			}
-			return ""
-		}
-	}
-	eventually(t, "one ServiceL2Status from the elected node "+winner, 60*time.Second, checkOwner(winner))
+	eventually(t, "one ServiceL2Status from the elected node "+winner, 60*time.Second, checkOwner(t, c, winner))
 
 	nodeAssigned := func(node string) func() string {
 		return func() string {
@@ -278,7 +274,7 @@ func TestSpeakersAgainstAPIServer(t *testing.T) {
 	// deletes the stale object itself).
 	stops[winner]()
 	stops[winner] = nil
-	eventually(t, "takeover by "+other, 60*time.Second, checkOwner(other))
+	eventually(t, "takeover by "+other, 60*time.Second, checkOwner(t, c, other))
 	eventually(t, "nodeAssigned event for the new owner", 30*time.Second, nodeAssigned(other))
 
 	// No ready endpoint: nobody announces, the status goes away.
@@ -296,7 +292,7 @@ func TestSpeakersAgainstAPIServer(t *testing.T) {
 	if err := c.Update(ctx, eps); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "announced again with a ready endpoint", 30*time.Second, checkOwner(other))
+	eventually(t, "announced again with a ready endpoint", 30*time.Second, checkOwner(t, c, other))
 
 	// Service deleted: the status goes away.
 	if err := c.Delete(ctx, svc); err != nil {
@@ -310,13 +306,111 @@ func TestSpeakersAgainstAPIServer(t *testing.T) {
 	})
 }
 
+// TestFailoverWhileAPIServerDown: with the API server stopped, the speakers
+// keep their cache, and a memberlist departure still moves the IP: the
+// survivor's announcer takes it over on membership information alone.
+func TestFailoverWhileAPIServerDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("envtest: skipped in -short mode")
+	}
+	cfg, c, env := startEnv(t)
+	port := freeUDPTCPPort(t, "127.0.0.1", "127.0.0.2")
+	nodes, _, _ := seed(t, c)
+
+	stops := map[string]func(){}
+	for n, ip := range nodes {
+		stops[n] = runSpeaker(t, cfg, n, ip, port)
+	}
+	defer func() {
+		for _, s := range stops {
+			if s != nil {
+				s()
+			}
+		}
+	}()
+	winner := election.Winner(testVIP, []string{"w1", "w2"})
+	other := map[string]string{"w1": "w2", "w2": "w1"}[winner]
+	eventually(t, "one ServiceL2Status from "+winner, 60*time.Second, checkOwner(t, c, winner))
+	eventually(t, winner+" announces", 10*time.Second, announcedBy(winner, true))
+	eventually(t, other+" does not announce", 10*time.Second, announcedBy(other, false))
+
+	// SIGKILL, as a crashed control plane: a graceful stop drains the
+	// speakers' watches for a minute.
+	killAPIServer(t, env)
+	if err := c.List(context.Background(), &v1beta1.ServiceL2StatusList{}); err == nil {
+		t.Fatal("API server still answers after Stop")
+	}
+	// Still announcing with the API server gone.
+	eventually(t, winner+" keeps announcing", 10*time.Second, announcedBy(winner, true))
+
+	stops[winner]()
+	stops[winner] = nil
+	eventually(t, other+" takes over without the API server", 30*time.Second, announcedBy(other, true))
+}
+
+// killAPIServer SIGKILLs the envtest kube-apiserver: the process of this
+// test's binary whose command line carries the environment's secure port.
+func killAPIServer(t *testing.T, env *envtest.Environment) {
+	t.Helper()
+	port := env.ControlPlane.APIServer.SecureServing.ListenAddr.Port
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if !strings.HasSuffix(args[0], "kube-apiserver") || !slices.Contains(args, "--secure-port="+port) {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(d))
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatalf("kill kube-apiserver pid %d: %v", pid, err)
+		}
+		t.Logf("killed kube-apiserver pid %d (port %s)", pid, port)
+		return
+	}
+	t.Fatalf("kube-apiserver with --secure-port=%s not found", port)
+}
+
+// announcedBy checks the metallb_speaker_announced gauge of node for testVIP
+// (the speakers of one test process share controller-runtime's registry; the
+// node label tells them apart).
+func announcedBy(node string, want bool) func() string {
+	return func() string {
+		mfs, err := crmetrics.Registry.Gather()
+		if err != nil {
+			return err.Error()
+		}
+		got := false
+		for _, mf := range mfs {
+			if mf.GetName() != "metallb_speaker_announced" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				l := map[string]string{}
+				for _, lp := range m.GetLabel() {
+					l[lp.GetName()] = lp.GetValue()
+				}
+				if l["node"] == node && l["ip"] == testVIP && l["service"] == "ns1/web" && l["protocol"] == Protocol && m.GetGauge().GetValue() == 1 {
+					got = true
+				}
+			}
+		}
+		if got != want {
+			return fmt.Sprintf("metallb_speaker_announced{node=%q,ip=%q} present=%v, want %v", node, testVIP, got, want)
+		}
+		return ""
+	}
+}
+
 // TestStatusNotDuplicated hammers syncStatus right after creation, when the
 // cache cannot show the new object yet: still exactly one object.
 func TestStatusNotDuplicated(t *testing.T) {
 	if testing.Short() {
 		t.Skip("envtest: skipped in -short mode")
 	}
-	cfg, c := startEnv(t)
+	cfg, c, _ := startEnv(t)
 	ctx := context.Background()
 	create(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}})
 	// A reconciler whose "cache" is the live client with one object hidden
@@ -351,6 +445,33 @@ func TestStatusNotDuplicated(t *testing.T) {
 	err = c.Get(ctx, types.NamespacedName{Namespace: testNS, Name: "does-not-exist"}, &probe)
 	if !apierrors.IsNotFound(err) {
 		t.Fatalf("sanity: %v", err)
+	}
+}
+
+// checkOwner explains how the ServiceL2Status objects differ from exactly one
+// object for ns1/web owned by owner ("" when they match).
+func checkOwner(t *testing.T, c client.Client, owner string) func() string {
+	return func() string {
+		items := statuses(t, c)
+		if len(items) != 1 {
+			return describeStatuses(items)
+		}
+		s := items[0]
+		switch {
+		case s.Status.Node != owner, s.Labels[v1beta1.ServiceL2StatusNodeLabel] != owner:
+			return "wrong node: " + describeStatuses(items)
+		case s.Status.ServiceName != "web" || s.Status.ServiceNamespace != "ns1":
+			return "wrong service: " + describeStatuses(items)
+		case s.Labels[v1beta1.ServiceL2StatusServiceNameLabel] != "web" || s.Labels[v1beta1.ServiceL2StatusServiceNamespaceLabel] != "ns1":
+			return "wrong labels: " + describeStatuses(items)
+		case !strings.HasPrefix(s.Name, "l2-"):
+			return "name not from generateName l2-: " + s.Name
+		case len(s.OwnerReferences) != 1 || s.OwnerReferences[0].Kind != "Pod" || s.OwnerReferences[0].Name != "speaker-"+owner:
+			return fmt.Sprintf("owner references %+v", s.OwnerReferences)
+		case len(s.Status.Interfaces) != 1 || s.Status.Interfaces[0].Name != "eth0":
+			return fmt.Sprintf("interfaces %+v", s.Status.Interfaces)
+		}
+		return ""
 	}
 }
 

@@ -310,6 +310,12 @@ func Run(ctx context.Context, opts Options) error {
 		log.Error(err, "announcer stopped with an error")
 	}
 	if mgrErr != nil {
+		if ctx.Err() != nil {
+			// Asked to stop: a slow shutdown (e.g. reconciles waiting on an
+			// unreachable API server) is not a failure of the speaker.
+			log.Info("manager did not stop cleanly", "error", mgrErr.Error())
+			return nil
+		}
 		return fmt.Errorf("manager: %w", mgrErr)
 	}
 	return nil
