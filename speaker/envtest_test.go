@@ -348,8 +348,8 @@ func TestFailoverWhileAPIServerDown(t *testing.T) {
 	eventually(t, other+" takes over without the API server", 30*time.Second, announcedBy(other, true))
 }
 
-// killAPIServer SIGKILLs the envtest kube-apiserver: the process of this
-// test's binary whose command line carries the environment's secure port.
+// killAPIServer SIGKILLs the envtest kube-apiserver: the child process of this
+// test binary whose command line carries the environment's secure port.
 func killAPIServer(t *testing.T, env *envtest.Environment) {
 	t.Helper()
 	port := env.ControlPlane.APIServer.SecureServing.ListenAddr.Port
@@ -364,6 +364,9 @@ func killAPIServer(t *testing.T, env *envtest.Environment) {
 			continue
 		}
 		pid, _ := strconv.Atoi(filepath.Base(d))
+		if parentPID(d) != os.Getpid() {
+			continue // not ours: envtest starts it as our child
+		}
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatalf("kill kube-apiserver pid %d: %v", pid, err)
 		}
@@ -371,6 +374,25 @@ func killAPIServer(t *testing.T, env *envtest.Environment) {
 		return
 	}
 	t.Fatalf("kube-apiserver with --secure-port=%s not found", port)
+}
+
+// parentPID reads the parent pid from /proc/<pid>/stat (field 4, after the
+// parenthesised command name).
+func parentPID(procDir string) int {
+	b, err := os.ReadFile(filepath.Join(procDir, "stat"))
+	if err != nil {
+		return -1
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return -1
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return -1
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
 }
 
 // announcedBy checks the metallb_speaker_announced gauge of node for testVIP
