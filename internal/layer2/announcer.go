@@ -58,6 +58,10 @@ type Options struct {
 	// frames on a link and the handle used to join multicast groups
 	// (default: AF_PACKET plus an mdlayher/ndp socket). Test seam.
 	ListenNDP func(Link) (net.PacketConn, MulticastGroups, error)
+
+	// userSpaceFilterOnly keeps the generic ARP socket filter instead of the
+	// owned-IP one, to measure the user-space fast path alone.
+	userSpaceFilterOnly bool
 }
 
 func (o *Options) defaults() {
@@ -341,6 +345,7 @@ func (a *Announcer) updateResponderLocked(r *responder, affected []netip.Addr) {
 	if set == nil {
 		if old == nil {
 			r.owned.Store(&ownedSet{v4: map[uint32]*ownedIP{}, v6: map[[16]byte]*ownedIP{}})
+			r.updateKernelFilter()
 		}
 		return
 	}
@@ -352,6 +357,9 @@ func (a *Announcer) updateResponderLocked(r *responder, affected []netip.Addr) {
 		}
 	}
 	r.owned.Store(set)
+	if old == nil || len(set.v4) != len(old.v4) || slices.ContainsFunc(append(added, removed...), netip.Addr.Is4) {
+		r.updateKernelFilter()
+	}
 	now := time.Now()
 	for _, ip := range added {
 		a.scheduleLocked(burstKey{ip, r.link.Name}, now, ip.Is4())
@@ -537,7 +545,8 @@ func (a *Announcer) openResponder(l Link, wantARP, wantNDP bool) (*responder, er
 			_, ok := (*a.localMACs.Load())[m]
 			return ok
 		},
-		conflict: a.onConflict,
+		conflict:            a.onConflict,
+		noKernelOwnedFilter: a.opts.userSpaceFilterOnly,
 	}
 	if wantARP {
 		c, err := a.opts.ListenARP(l)

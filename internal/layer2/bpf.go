@@ -55,3 +55,59 @@ func assemble(what string, prog []bpf.Instruction) ([]bpf.RawInstruction, error)
 	}
 	return raw, nil
 }
+
+// maxKernelFilterIPs bounds the owned-IP socket filter: 4 instructions per
+// IP must fit the kernel's 4096-instruction limit. Beyond it the generic ARP
+// filter is used and the owned-IP check happens in user space only.
+const maxKernelFilterIPs = 1000
+
+// ownedARPFilter accepts only the ARP frames a responder acts on: requests
+// whose target is one of owned, and any frame whose sender is one of owned
+// (conflict detection, probe answers). Everything else, notably a flood of
+// requests for other hosts' addresses, is dropped in the kernel before it
+// wakes the responder. An empty owned list drops everything. Comparisons
+// are linear (two instructions per IP and field) with long jumps, since
+// conditional jumps only reach 255 instructions.
+func ownedARPFilter(owned []uint32) ([]bpf.RawInstruction, error) {
+	if len(owned) == 0 {
+		return assemble("owned-ARP", []bpf.Instruction{bpf.RetConstant{Val: 0}})
+	}
+	prog := []bpf.Instruction{
+		bpf.LoadExtension{Num: bpf.ExtType},
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: packetOutgoing, SkipTrue: 1},
+		bpf.RetConstant{Val: 0},
+		bpf.LoadAbsolute{Off: 12, Size: 2},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: etherTypeARP, SkipTrue: 1},
+		bpf.RetConstant{Val: 0},
+		bpf.LoadAbsolute{Off: 14, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0x00010800, SkipTrue: 1},
+		bpf.RetConstant{Val: 0},
+		bpf.LoadAbsolute{Off: 18, Size: 2},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0x0604, SkipTrue: 1},
+		bpf.RetConstant{Val: 0},
+	}
+	var toAccept []int // indexes of long jumps to patch
+	matchAny := func() {
+		for _, ip := range owned {
+			prog = append(prog, bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: ip, SkipTrue: 1})
+			toAccept = append(toAccept, len(prog))
+			prog = append(prog, bpf.Jump{})
+		}
+	}
+	prog = append(prog, bpf.LoadAbsolute{Off: 28, Size: 4}) // sender IP
+	matchAny()
+	prog = append(prog,
+		bpf.LoadAbsolute{Off: 20, Size: 2}, // operation
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: arpOpRequest, SkipTrue: 1},
+		bpf.RetConstant{Val: 0},
+		bpf.LoadAbsolute{Off: 38, Size: 4}, // target IP
+	)
+	matchAny()
+	prog = append(prog, bpf.RetConstant{Val: 0})
+	accept := len(prog)
+	prog = append(prog, bpf.RetConstant{Val: 64})
+	for _, i := range toAccept {
+		prog[i] = bpf.Jump{Skip: uint32(accept - i - 1)}
+	}
+	return assemble("owned-ARP", prog)
+}

@@ -4,12 +4,14 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/mdlayher/packet"
+	"golang.org/x/net/bpf"
 )
 
 // ownedIP is one IP a responder answers for.
@@ -62,6 +64,8 @@ type responder struct {
 	// conflict is called from the read loops when another MAC claims an
 	// owned IP.
 	conflict func(o *ownedIP, mac [6]byte, iface string)
+	// noKernelOwnedFilter keeps the generic ARP socket filter (benchmarks).
+	noKernelOwnedFilter bool
 
 	// groups counts owned IPv6 addresses per solicited-node group; guarded
 	// by the announcer's mutex.
@@ -87,6 +91,45 @@ func (r *responder) start() {
 			defer r.wg.Done()
 			r.serve(r.ndp, r.serveNDPFrame())
 		}()
+	}
+}
+
+// updateKernelFilter narrows the ARP socket's kernel filter to the current
+// owned IPv4 set, so frames about other addresses never reach user space.
+// It runs after the owned set is swapped: an IP just removed is already not
+// answered; one just added is answered once the filter lets it through.
+// Sockets without SetBPF (test seams) keep relying on the user-space check,
+// which stays in place either way.
+func (r *responder) updateKernelFilter() {
+	c, ok := r.arp.(interface {
+		SetBPF([]bpf.RawInstruction) error
+	})
+	if !ok || r.arp == nil || r.noKernelOwnedFilter {
+		return
+	}
+	set := r.owned.Load()
+	var (
+		prog []bpf.RawInstruction
+		err  error
+	)
+	if len(set.v4) <= maxKernelFilterIPs {
+		owned := make([]uint32, 0, len(set.v4))
+		for k := range set.v4 {
+			owned = append(owned, k)
+		}
+		slices.Sort(owned)
+		prog, err = ownedARPFilter(owned)
+	} else {
+		prog, err = arpFilter()
+	}
+	if err == nil {
+		err = c.SetBPF(prog)
+	}
+	if err != nil {
+		r.log.Error(err, "updating the ARP socket filter failed; falling back to the generic ARP filter")
+		if prog, err := arpFilter(); err == nil {
+			_ = c.SetBPF(prog)
+		}
 	}
 }
 
