@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
+	"github.com/go-logr/logr/testr"
 	"github.com/mdlayher/packet"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netns"
@@ -474,4 +475,46 @@ func waitNeigh(t *testing.T, l *lab, family string, ip netip.Addr, mac net.Hardw
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("client neighbour entry for %s is %q, want lladdr %s", ip, strings.TrimSpace(last), mac)
+}
+
+func TestNetnsKernelARPFindings(t *testing.T) {
+	l := newLab(t)
+	// The VIP on another local interface, as kube-proxy IPVS puts it on
+	// kube-ipvs0 (a dummy; this kernel has no dummy driver, lo serves).
+	dummy := "lo"
+	run(t, "ip", "-n", l.nsA, "addr", "add", l.vip4.String()+"/32", "dev", dummy)
+	run(t, "ip", "netns", "exec", l.nsA, "sysctl", "-qw", "net.ipv4.conf.all.arp_ignore=0", "net.ipv4.conf."+l.ifA+".arp_ignore=0")
+
+	// The model matches the kernel: with arp_ignore=0 the client gets an
+	// answer for the VIP from the kernel, with no announcer running.
+	c := l.clientConn(t)
+	req, _ := arpFrameBytesFor(l.macC, l.ip4C, l.vip4)
+	if mac, _, err := l.resolve(c, req, l.vip4, make([]byte, 128), 5*time.Second); err != nil || mac.String() != l.macA.String() {
+		t.Fatalf("kernel did not answer for the VIP on lo: %v %v", mac, err)
+	}
+
+	a := NewAnnouncer(testr.New(t), Options{})
+	var got []KernelARPFinding
+	check := func() {
+		var err error
+		inNetns(t, l.nsA, func() { got, err = a.KernelARPFindings([]netip.Addr{l.vip4, netip.MustParseAddr("10.251.0.77")}) })
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	check()
+	if len(got) != 1 || got[0].IP != l.vip4 || len(got[0].AnswersOn) != 1 || got[0].AnswersOn[0] != l.ifA ||
+		len(got[0].ConfiguredOn) != 1 || got[0].ConfiguredOn[0] != dummy || !strings.Contains(got[0].Message, "strictARP: true") {
+		t.Fatalf("findings %+v, want %s configured on %s answered on %s", got, l.vip4, dummy, l.ifA)
+	}
+
+	// What strictARP sets: no finding, and indeed no kernel answer.
+	run(t, "ip", "netns", "exec", l.nsA, "sysctl", "-qw", "net.ipv4.conf.all.arp_ignore=1")
+	check()
+	if len(got) != 0 {
+		t.Fatalf("findings with arp_ignore=1: %+v", got)
+	}
+	if mac, _, err := l.resolve(c, req, l.vip4, make([]byte, 128), 300*time.Millisecond); err == nil {
+		t.Fatalf("kernel still answered (%s) with arp_ignore=1", mac)
+	}
 }
