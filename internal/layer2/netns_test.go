@@ -24,6 +24,7 @@ import (
 	"os/signal"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -455,6 +456,39 @@ func TestNetnsARPAndGratuitous(t *testing.T) {
 			}
 		}
 	})
+}
+
+func TestNetnsInterfaceEvents(t *testing.T) {
+	l := newLab(t)
+	h := l.startAnnouncer(t)
+	ifB, ifD := "ilbl2"+l.id+"b", "ilbl2"+l.id+"d"
+	run(t, "ip", "link", "add", ifB, "netns", l.nsA, "type", "veth", "peer", "name", ifD, "netns", l.nsC)
+	run(t, "ip", "-n", l.nsA, "link", "set", ifB, "up")
+	run(t, "ip", "-n", l.nsC, "link", "set", ifD, "up")
+	// The periodic rescan is 30 s; seeing the change well before that means
+	// the netlink subscription delivered it.
+	want := "ifaces " + strings.Join(sortedStrings(l.ifA, ifB), " ")
+	waitIfaces(t, h, want, 10*time.Second)
+	run(t, "ip", "-n", l.nsA, "link", "del", ifB)
+	waitIfaces(t, h, "ifaces "+l.ifA, 10*time.Second)
+}
+
+func sortedStrings(s ...string) []string {
+	slices.Sort(s)
+	return s
+}
+
+func waitIfaces(t *testing.T, h *helper, want string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	var got string
+	for time.Now().Before(deadline) {
+		if got = h.do(t, "ifaces"); got == want {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("announcer interfaces %q, want %q within %v", got, want, within)
 }
 
 func arpFrameBytesFor(mac net.HardwareAddr, ip, target netip.Addr) ([]byte, error) {
