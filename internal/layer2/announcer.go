@@ -3,7 +3,6 @@ package layer2
 import (
 	"context"
 	"errors"
-	"maps"
 	"net"
 	"net/netip"
 	"regexp"
@@ -311,7 +310,7 @@ func (a *Announcer) updateResponderLocked(r *responder, affected []netip.Addr) {
 			affected = append(affected, ip)
 		}
 	}
-	var set *ownedSet
+	var ed *setEditor
 	var added, removed []netip.Addr
 	for _, ip := range affected {
 		st := a.ips[ip]
@@ -320,35 +319,25 @@ func (a *Announcer) updateResponderLocked(r *responder, affected []netip.Addr) {
 		if want == old.has(ip) {
 			continue
 		}
-		if set == nil {
-			set = &ownedSet{v4: map[uint32]*ownedIP{}, v6: map[[16]byte]*ownedIP{}}
-			if old != nil {
-				set.v4, set.v6 = maps.Clone(old.v4), maps.Clone(old.v6)
-			}
-		}
-		switch {
-		case want && ip.Is4():
-			set.v4[v4key(ip)] = st.owned
-		case want:
-			set.v6[ip.As16()] = st.owned
-		case ip.Is4():
-			delete(set.v4, v4key(ip))
-		default:
-			delete(set.v6, ip.As16())
+		if ed == nil {
+			ed = editSet(old)
 		}
 		if want {
+			ed.add(st.owned)
 			added = append(added, ip)
 		} else {
+			ed.remove(ip)
 			removed = append(removed, ip)
 		}
 	}
-	if set == nil {
+	if ed == nil {
 		if old == nil {
-			r.owned.Store(&ownedSet{v4: map[uint32]*ownedIP{}, v6: map[[16]byte]*ownedIP{}})
+			r.owned.Store(newOwnedSet())
 			r.updateKernelFilter()
 		}
 		return
 	}
+	set := ed.s
 	// Join groups before answering so multicast solicitations arrive; the
 	// swap is what starts and stops answers.
 	for _, ip := range added {
@@ -357,7 +346,7 @@ func (a *Announcer) updateResponderLocked(r *responder, affected []netip.Addr) {
 		}
 	}
 	r.owned.Store(set)
-	if old == nil || len(set.v4) != len(old.v4) || slices.ContainsFunc(append(added, removed...), netip.Addr.Is4) {
+	if old == nil || slices.ContainsFunc(added, netip.Addr.Is4) || slices.ContainsFunc(removed, netip.Addr.Is4) {
 		r.updateKernelFilter()
 	}
 	now := time.Now()
