@@ -385,6 +385,17 @@ func (a *Announcer) leaveLocked(r *responder, ip netip.Addr) {
 	}
 }
 
+// scheduleLocked queues the takeover announcements of one IP on one
+// interface, the first due at once.
+//
+// The RFC 5227 probe goes out with the first burst instead of delaying the
+// claim by a probe wait (RFC 5227 waits 1-2 s plus 3 probes): on a failover
+// the previous owner is usually dead and cannot answer, so waiting would only
+// add its full length to every failover, the number ironlb is judged on. A
+// live holder answers the probe (or announces itself) within a round trip,
+// and the passive watch, which runs for as long as the IP is owned, reports
+// that as a Conflict; the takeover is then bounded to one defensive
+// announcement per ConflictInterval, never a loop.
 func (a *Announcer) scheduleLocked(k burstKey, now time.Time, probe bool) {
 	if a.opts.GratuitousCount < 0 {
 		if a.opts.RefreshInterval > 0 {
