@@ -29,10 +29,7 @@ func TestOwnedARPFilter(t *testing.T) {
 	if !ok {
 		t.Fatal("cannot disassemble")
 	}
-	// The interpreter lacks the packet-type extension: an incoming frame's
-	// type (PACKET_HOST, 0) stands in for it.
-	insns[0] = bpf.LoadConstant{Dst: bpf.RegA, Val: 0}
-	vm, err := bpf.NewVM(insns)
+	vm, err := bpf.NewVM(withoutExtensions(insns))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,8 +67,62 @@ func TestOwnedARPFilter(t *testing.T) {
 		t.Fatal(err)
 	}
 	insns, _ = bpf.Disassemble(empty)
-	vm, _ = bpf.NewVM(insns)
+	vm, _ = bpf.NewVM(withoutExtensions(insns))
 	if n, _ := vm.Run(mk(arp.OperationRequest, clientIP, vip1)); n != 0 {
 		t.Errorf("empty owned set accepts frames")
+	}
+}
+
+// withoutExtensions replaces the packet-type and VLAN-tag extension loads,
+// which x/net/bpf's interpreter lacks, with 0: an untagged frame for this
+// host (PACKET_HOST).
+func withoutExtensions(insns []bpf.Instruction) []bpf.Instruction {
+	out := make([]bpf.Instruction, len(insns))
+	for i, in := range insns {
+		if _, ok := in.(bpf.LoadExtension); ok {
+			in = bpf.LoadConstant{Dst: bpf.RegA, Val: 0}
+		}
+		out[i] = in
+	}
+	return out
+}
+
+func TestStaticFilters(t *testing.T) {
+	run := func(raw []bpf.RawInstruction, frame []byte) int {
+		t.Helper()
+		insns, ok := bpf.Disassemble(raw)
+		if !ok {
+			t.Fatal("cannot disassemble")
+		}
+		vm, err := bpf.NewVM(withoutExtensions(insns))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := vm.Run(frame)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	af, err := arpFilter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nf, err := ndpFilter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := arpRequest(t, vipOff, ethernet.Broadcast)
+	ns := solicit(t, vip6)
+	if run(af, req) == 0 || run(af, ns) != 0 {
+		t.Errorf("ARP filter: must accept ARP, drop IPv6")
+	}
+	if run(nf, ns) == 0 || run(nf, req) != 0 {
+		t.Errorf("NDP filter: must accept a solicitation, drop ARP")
+	}
+	low := append([]byte(nil), ns...)
+	low[21] = 64 // hop limit below 255: not a valid NDP message
+	if run(nf, low) != 0 {
+		t.Errorf("NDP filter accepts hop limit 64")
 	}
 }

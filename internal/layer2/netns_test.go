@@ -350,7 +350,9 @@ func (l *lab) resolve(c *packet.Conn, req []byte, ip netip.Addr, buf []byte, tim
 		if err != nil {
 			return nil, 0, err
 		}
-		if parseARP(buf[:n], &f) && f.op == arpOpReply && f.spa == v4key(ip) {
+		// A reply to us, unicast: gratuitous replies (broadcast) from a
+		// takeover burst do not count.
+		if parseARP(buf[:n], &f) && f.op == arpOpReply && f.spa == v4key(ip) && [6]byte(req[6:12]) == f.ethDst {
 			return net.HardwareAddr(f.sha[:]), time.Since(start), nil
 		}
 	}
@@ -397,6 +399,12 @@ func TestNetnsARPAndGratuitous(t *testing.T) {
 		mac, _, err := l.resolve(c, req, l.vip4, make([]byte, 128), 5*time.Second)
 		if err != nil || mac.String() != l.macA.String() {
 			t.Fatalf("raw ARP resolve: %v %v, want %s", mac, err, l.macA)
+		}
+		// The same request tagged for VLAN 100, which the announcer's host
+		// does not have: the kernel marks it for another host; no answer.
+		tagged := append(append(append([]byte(nil), req[:12]...), 0x81, 0x00, 0x00, 100), req[12:]...)
+		if mac, _, err := l.resolve(c, tagged, l.vip4, make([]byte, 128), 300*time.Millisecond); err == nil {
+			t.Fatalf("VLAN-tagged request answered by %s", mac)
 		}
 		// Not owned: no answer (the kernel does not own it either).
 		req2, _ := arpFrameBytesFor(l.macC, l.ip4C, netip.MustParseAddr("10.251.0.101"))
