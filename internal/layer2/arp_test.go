@@ -297,3 +297,56 @@ func TestARPReplyMatchesLibrary(t *testing.T) {
 		t.Fatalf("hand-built reply\n% x\ndiffers from mdlayher/arp's\n% x", got, want)
 	}
 }
+
+func TestPeriodicRefresh(t *testing.T) {
+	n := startTestNet(t, Options{GratuitousCount: 1, GratuitousInterval: 1_000_000, RefreshInterval: 2_000_000},
+		testLink("eth0", 2, eth0MAC, ""))
+	n.a.SetBalancer("ns/a", []netip.Addr{vip1}, nil)
+	w := n.arpEnd("eth0")
+	w.next(t) // probe
+	// The takeover burst, then refresh bursts for as long as the IP is owned.
+	for i := range 4 {
+		for _, op := range []arp.Operation{arp.OperationRequest, arp.OperationReply} {
+			_, p := parseARPWithLib(t, w.next(t))
+			if p.Operation != op || p.SenderIP != vip1 || p.TargetIP != vip1 {
+				t.Fatalf("burst %d: want gratuitous %v for %s, got %+v", i, op, vip1, p)
+			}
+		}
+	}
+	n.a.DeleteBalancer("ns/a")
+	for len(w.in) > 0 {
+		<-w.in
+	}
+	n.a.SetBalancer("ns/b", []netip.Addr{vip2}, nil)
+	if _, p := parseARPWithLib(t, w.next(t)); p.TargetIP != vip2 {
+		t.Fatalf("refresh for %s continued after DeleteBalancer: %+v", vip1, p)
+	}
+}
+
+func TestMetricNames(t *testing.T) {
+	n := startTestNet(t, Options{GratuitousCount: 1, GratuitousInterval: 1_000_000}, testLink("eth0", 2, eth0MAC, ""))
+	n.a.SetBalancer("ns/a", []netip.Addr{vip1}, nil)
+	w := n.arpEnd("eth0")
+	w.next(t) // probe
+	w.next(t) // gratuitous request
+	w.next(t) // gratuitous reply
+	w.send(t, arpRequest(t, vip1, ethernet.Broadcast))
+	w.next(t)
+	mfs, err := n.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, mf := range mfs {
+		got[mf.GetName()] = mf.GetType().String()
+	}
+	for _, name := range []string{"metallb_layer2_requests_received", "metallb_layer2_responses_sent", "metallb_layer2_gratuitous_sent", "ironlb_layer2_conflicts_total"} {
+		if got[name] != "COUNTER" {
+			t.Errorf("metric %s: type %q, want a counter (registered: %v)", name, got[name], got)
+		}
+	}
+	// Request and reply; the probe is not counted.
+	waitFor(t, "gratuitous_sent = 2", func() bool {
+		return testutil.ToFloat64(n.a.metrics.gratuitous.WithLabelValues(vip1.String())) == 2
+	})
+}

@@ -20,13 +20,13 @@ func benchResponder() *responder {
 	r := fuzzResponder(nil)
 	r.arp, r.ndp = &nullConn{}, &nullConn{}
 	m := newMetrics(prometheus.NewRegistry())
-	set := &ownedSet{v4: map[uint32]*ownedIP{}, v6: map[[16]byte]*ownedIP{}}
+	ed := editSet(nil)
 	for i := range 100 {
 		ip := netip.AddrFrom4([4]byte{192, 0, 2, byte(10 + i)})
-		set.v4[v4key(ip)] = &ownedIP{addr: ip, m: m.forIP(ip)}
+		ed.add(&ownedIP{addr: ip, m: m.forIP(ip)})
 	}
-	set.v6[vip6.As16()] = &ownedIP{addr: vip6, m: m.forIP(vip6)}
-	r.owned.Store(set)
+	ed.add(&ownedIP{addr: vip6, m: m.forIP(vip6)})
+	r.owned.Store(ed.s)
 	return r
 }
 

@@ -172,10 +172,10 @@ func fuzzResponder(rc *recordConn) *responder {
 		isLocal:  func([6]byte) bool { return false },
 		conflict: func(*ownedIP, [6]byte, string) {},
 	}
-	r.owned.Store(&ownedSet{
-		v4: map[uint32]*ownedIP{v4key(vip1): {addr: vip1, m: m.forIP(vip1)}},
-		v6: map[[16]byte]*ownedIP{vip6.As16(): {addr: vip6, m: m.forIP(vip6)}},
-	})
+	ed := editSet(nil)
+	ed.add(&ownedIP{addr: vip1, m: m.forIP(vip1)})
+	ed.add(&ownedIP{addr: vip6, m: m.forIP(vip6)})
+	r.owned.Store(ed.s)
 	return r
 }
 

@@ -24,6 +24,7 @@ import (
 	"os/signal"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -31,6 +32,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
+	"github.com/go-logr/logr/testr"
 	"github.com/mdlayher/packet"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netns"
@@ -56,7 +58,8 @@ func announcerHelper() int {
 			fmt.Fprintln(os.Stderr, prefix, args)
 		}
 	}, funcr.Options{})
-	opts := Options{NodeName: "helper", Registerer: prometheus.NewRegistry()}
+	opts := Options{NodeName: "helper", Registerer: prometheus.NewRegistry(),
+		userSpaceFilterOnly: os.Getenv("ILB_L2_USERSPACE_FILTER_ONLY") == "1"}
 	if v := os.Getenv("ILB_L2_GARP_INTERVAL"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
@@ -177,16 +180,24 @@ type helper struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	lines chan string
+	seen  []string // conflict lines read while waiting for a command's answer
 	cpu   func() time.Duration
 }
 
 func (l *lab) startAnnouncer(t testing.TB, env ...string) *helper {
 	t.Helper()
+	return startAnnouncerIn(t, l.nsA, l.ifA, env...)
+}
+
+// startAnnouncerIn starts an announcer process in namespace ns and waits
+// until it has a responder on ifname.
+func startAnnouncerIn(t testing.TB, ns, ifname string, env ...string) *helper {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("ip", "netns", "exec", l.nsA, exe, "-test.run=^$")
+	cmd := exec.Command("ip", "netns", "exec", ns, exe, "-test.run=^$")
 	cmd.Env = append(append(os.Environ(), helperEnv+"=1"), env...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
@@ -211,18 +222,25 @@ func (l *lab) startAnnouncer(t testing.TB, env ...string) *helper {
 		close(h.lines)
 	}()
 	t.Cleanup(func() {
+		// Closing stdin cancels the announcer's context: Run must return,
+		// which needs every goroutine (netlink watch, GARP loop, read loops)
+		// to stop.
 		_ = stdin.Close()
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
 		select {
-		case <-done:
+		case err := <-done:
+			if err != nil {
+				t.Errorf("announcer helper exited with %v", err)
+			}
 		case <-time.After(10 * time.Second):
 			_ = cmd.Process.Kill()
 			<-done
+			t.Errorf("announcer did not stop within 10s of its context ending")
 		}
 	})
 	for {
-		if got := h.do(t, "ifaces"); got == "ifaces "+l.ifA {
+		if got := h.do(t, "ifaces"); got == "ifaces "+ifname {
 			return h
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -242,6 +260,7 @@ func (h *helper) do(t testing.TB, cmd string) string {
 				t.Fatalf("announcer helper exited")
 			}
 			if strings.HasPrefix(l, "conflict ") {
+				h.seen = append(h.seen, l) // for waitConflict
 				continue
 			}
 			return l
@@ -331,7 +350,9 @@ func (l *lab) resolve(c *packet.Conn, req []byte, ip netip.Addr, buf []byte, tim
 		if err != nil {
 			return nil, 0, err
 		}
-		if parseARP(buf[:n], &f) && f.op == arpOpReply && f.spa == v4key(ip) {
+		// A reply to us, unicast: gratuitous replies (broadcast) from a
+		// takeover burst do not count.
+		if parseARP(buf[:n], &f) && f.op == arpOpReply && f.spa == v4key(ip) && [6]byte(req[6:12]) == f.ethDst {
 			return net.HardwareAddr(f.sha[:]), time.Since(start), nil
 		}
 	}
@@ -355,6 +376,10 @@ func TestNetnsARPAndGratuitous(t *testing.T) {
 	t.Run("gratuitous ARP updates the client's existing entry", func(t *testing.T) {
 		waitNeigh(t, l, "-4", l.vip4, l.macA)
 	})
+	// The client entries were written just now, so the first advertisement
+	// may land inside the kernel's 1 s neighbour locktime and be ignored;
+	// the burst's second one, 1.1 s later, is not: the reason for the
+	// spacing (ARP gratuitous frames bypass the locktime).
 	t.Run("unsolicited NA updates the client's existing entry", func(t *testing.T) {
 		waitNeigh(t, l, "-6", l.vip6, l.macA)
 	})
@@ -374,6 +399,12 @@ func TestNetnsARPAndGratuitous(t *testing.T) {
 		mac, _, err := l.resolve(c, req, l.vip4, make([]byte, 128), 5*time.Second)
 		if err != nil || mac.String() != l.macA.String() {
 			t.Fatalf("raw ARP resolve: %v %v, want %s", mac, err, l.macA)
+		}
+		// The same request tagged for VLAN 100, which the announcer's host
+		// does not have: the kernel marks it for another host; no answer.
+		tagged := append(append(append([]byte(nil), req[:12]...), 0x81, 0x00, 0x00, 100), req[12:]...)
+		if mac, _, err := l.resolve(c, tagged, l.vip4, make([]byte, 128), 300*time.Millisecond); err == nil {
+			t.Fatalf("VLAN-tagged request answered by %s", mac)
 		}
 		// Not owned: no answer (the kernel does not own it either).
 		req2, _ := arpFrameBytesFor(l.macC, l.ip4C, netip.MustParseAddr("10.251.0.101"))
@@ -436,19 +467,41 @@ func TestNetnsARPAndGratuitous(t *testing.T) {
 		if _, err := c.WriteTo(frames[1], &packet.Addr{HardwareAddr: net.HardwareAddr(broadcastMAC[:])}); err != nil {
 			t.Fatal(err)
 		}
-		want := fmt.Sprintf("conflict %s %s %s", l.vip4, l.macC, l.ifA)
-		deadline := time.After(10 * time.Second)
-		for {
-			select {
-			case line := <-h.lines:
-				if line == want {
-					return
-				}
-			case <-deadline:
-				t.Fatalf("no %q from the announcer", want)
-			}
-		}
+		waitConflict(t, h, fmt.Sprintf("conflict %s %s %s", l.vip4, l.macC, l.ifA))
 	})
+}
+
+func TestNetnsInterfaceEvents(t *testing.T) {
+	l := newLab(t)
+	h := l.startAnnouncer(t)
+	ifB, ifD := "ilbl2"+l.id+"b", "ilbl2"+l.id+"d"
+	run(t, "ip", "link", "add", ifB, "netns", l.nsA, "type", "veth", "peer", "name", ifD, "netns", l.nsC)
+	run(t, "ip", "-n", l.nsA, "link", "set", ifB, "up")
+	run(t, "ip", "-n", l.nsC, "link", "set", ifD, "up")
+	// The periodic rescan is 30 s; seeing the change well before that means
+	// the netlink subscription delivered it.
+	want := "ifaces " + strings.Join(sortedStrings(l.ifA, ifB), " ")
+	waitIfaces(t, h, want, 10*time.Second)
+	run(t, "ip", "-n", l.nsA, "link", "del", ifB)
+	waitIfaces(t, h, "ifaces "+l.ifA, 10*time.Second)
+}
+
+func sortedStrings(s ...string) []string {
+	slices.Sort(s)
+	return s
+}
+
+func waitIfaces(t *testing.T, h *helper, want string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	var got string
+	for time.Now().Before(deadline) {
+		if got = h.do(t, "ifaces"); got == want {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("announcer interfaces %q, want %q within %v", got, want, within)
 }
 
 func arpFrameBytesFor(mac net.HardwareAddr, ip, target netip.Addr) ([]byte, error) {
@@ -471,3 +524,154 @@ func waitNeigh(t *testing.T, l *lab, family string, ip netip.Addr, mac net.Hardw
 	t.Fatalf("client neighbour entry for %s is %q, want lladdr %s", ip, strings.TrimSpace(last), mac)
 }
 
+func TestNetnsKernelARPFindings(t *testing.T) {
+	l := newLab(t)
+	// The VIP on another local interface, as kube-proxy IPVS puts it on
+	// kube-ipvs0 (a dummy; this kernel has no dummy driver, lo serves).
+	dummy := "lo"
+	run(t, "ip", "-n", l.nsA, "addr", "add", l.vip4.String()+"/32", "dev", dummy)
+	run(t, "ip", "netns", "exec", l.nsA, "sysctl", "-qw", "net.ipv4.conf.all.arp_ignore=0", "net.ipv4.conf."+l.ifA+".arp_ignore=0")
+
+	// The model matches the kernel: with arp_ignore=0 the client gets an
+	// answer for the VIP from the kernel, with no announcer running.
+	c := l.clientConn(t)
+	req, _ := arpFrameBytesFor(l.macC, l.ip4C, l.vip4)
+	if mac, _, err := l.resolve(c, req, l.vip4, make([]byte, 128), 5*time.Second); err != nil || mac.String() != l.macA.String() {
+		t.Fatalf("kernel did not answer for the VIP on lo: %v %v", mac, err)
+	}
+
+	a := NewAnnouncer(testr.New(t), Options{})
+	var got []KernelARPFinding
+	check := func() {
+		var err error
+		inNetns(t, l.nsA, func() { got, err = a.KernelARPFindings([]netip.Addr{l.vip4, netip.MustParseAddr("10.251.0.77")}) })
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	check()
+	if len(got) != 1 || got[0].IP != l.vip4 || len(got[0].AnswersOn) != 1 || got[0].AnswersOn[0] != l.ifA ||
+		len(got[0].ConfiguredOn) != 1 || got[0].ConfiguredOn[0] != dummy || !strings.Contains(got[0].Message, "strictARP: true") {
+		t.Fatalf("findings %+v, want %s configured on %s answered on %s", got, l.vip4, dummy, l.ifA)
+	}
+
+	// What strictARP sets: no finding, and indeed no kernel answer.
+	run(t, "ip", "netns", "exec", l.nsA, "sysctl", "-qw", "net.ipv4.conf.all.arp_ignore=1")
+	check()
+	if len(got) != 0 {
+		t.Fatalf("findings with arp_ignore=1: %+v", got)
+	}
+	if mac, _, err := l.resolve(c, req, l.vip4, make([]byte, 128), 300*time.Millisecond); err == nil {
+		t.Fatalf("kernel still answered (%s) with arp_ignore=1", mac)
+	}
+}
+
+// TestNetnsHandoverAndSplitBrain runs two announcers and a client on one
+// bridge: a handover (old owner deletes, new owner sets) moves the client's
+// neighbour entry at once, and both owning the IP (split brain) is reported
+// by both.
+func TestNetnsHandoverAndSplitBrain(t *testing.T) {
+	l := newLab(t) // only for the root check and the id; its veth is unused
+	sw, nsB := "ilb-l2t-"+l.id+"-s", "ilb-l2t-"+l.id+"-b"
+	br := "ilbbr" + l.id
+	t.Cleanup(func() {
+		for _, ns := range []string{sw, nsB} {
+			_ = exec.Command("ip", "netns", "del", ns).Run()
+		}
+	})
+	run(t, "ip", "netns", "add", sw)
+	run(t, "ip", "netns", "add", nsB)
+	run(t, "ip", "-n", sw, "link", "add", br, "type", "bridge")
+	run(t, "ip", "-n", sw, "link", "set", br, "up")
+	// Move A's and C's existing veth peers off each other: new pairs to the
+	// bridge for A, B and C.
+	run(t, "ip", "-n", l.nsA, "link", "del", l.ifA)
+	hosts := []struct {
+		ns, ifname string
+		mac        net.HardwareAddr
+		ip         string
+	}{
+		{l.nsA, "ilbl2" + l.id + "x", mustMAC("02:1b:00:00:01:0a"), "10.251.0.1/24"},
+		{nsB, "ilbl2" + l.id + "y", mustMAC("02:1b:00:00:01:0b"), "10.251.0.3/24"},
+		{l.nsC, "ilbl2" + l.id + "z", mustMAC("02:1b:00:00:01:0c"), "10.251.0.2/24"},
+	}
+	for i, h := range hosts {
+		port := fmt.Sprintf("ilbp%s%d", l.id, i)
+		run(t, "ip", "link", "add", h.ifname, "netns", h.ns, "address", h.mac.String(), "type", "veth", "peer", "name", port, "netns", sw)
+		run(t, "ip", "-n", sw, "link", "set", port, "master", br)
+		run(t, "ip", "-n", sw, "link", "set", port, "up")
+		run(t, "ip", "-n", h.ns, "addr", "add", h.ip, "dev", h.ifname)
+		run(t, "ip", "-n", h.ns, "link", "set", h.ifname, "up")
+	}
+	a := startAnnouncerIn(t, hosts[0].ns, hosts[0].ifname, "ILB_L2_GARP_INTERVAL=200ms")
+	b := startAnnouncerIn(t, hosts[1].ns, hosts[1].ifname, "ILB_L2_GARP_INTERVAL=200ms")
+	client := hosts[2]
+	vip := l.vip4.String()
+
+	if got := a.do(t, "set svc "+vip); got != "ok" {
+		t.Fatalf("a set: %s", got)
+	}
+	// The client's kernel resolves the VIP itself.
+	inNetns(t, l.nsC, func() {
+		c, err := net.Dial("udp4", net.JoinHostPort(vip, "9"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_, _ = c.Write([]byte("x"))
+	})
+	waitNeighOn(t, l.nsC, client.ifname, "-4", l.vip4, hosts[0].mac)
+
+	// Handover: the old owner lets go, the new one takes over.
+	if got := a.do(t, "del svc"); got != "ok" {
+		t.Fatalf("a del: %s", got)
+	}
+	if got := b.do(t, "set svc "+vip); got != "ok" {
+		t.Fatalf("b set: %s", got)
+	}
+	waitNeighOn(t, l.nsC, client.ifname, "-4", l.vip4, hosts[1].mac)
+
+	// Split brain: a claims the IP again while b still holds it.
+	if got := a.do(t, "set svc "+vip); got != "ok" {
+		t.Fatalf("a set: %s", got)
+	}
+	waitConflict(t, a, fmt.Sprintf("conflict %s %s %s", vip, hosts[1].mac, hosts[0].ifname))
+	waitConflict(t, b, fmt.Sprintf("conflict %s %s %s", vip, hosts[0].mac, hosts[1].ifname))
+}
+
+func waitConflict(t *testing.T, h *helper, want string) {
+	t.Helper()
+	if slices.Contains(h.seen, want) {
+		return
+	}
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case line, ok := <-h.lines:
+			if !ok {
+				t.Fatalf("announcer exited before reporting %q", want)
+			}
+			if line == want {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("no %q within 10s", want)
+		}
+	}
+}
+
+// waitNeighOn polls a namespace's neighbour table until ip maps to mac.
+func waitNeighOn(t *testing.T, ns, ifname, family string, ip netip.Addr, mac net.HardwareAddr) {
+	t.Helper()
+	var last string
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		out, err := exec.Command("ip", "-n", ns, family, "neigh", "show", ip.String(), "dev", ifname).CombinedOutput()
+		last = string(out)
+		if err == nil && strings.Contains(strings.ToLower(last), mac.String()) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("neighbour entry for %s in %s is %q, want lladdr %s", ip, ns, strings.TrimSpace(last), mac)
+}

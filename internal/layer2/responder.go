@@ -2,14 +2,17 @@ package layer2
 
 import (
 	"errors"
+	"maps"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/mdlayher/packet"
+	"golang.org/x/net/bpf"
 )
 
 // ownedIP is one IP a responder answers for.
@@ -21,20 +24,112 @@ type ownedIP struct {
 // ownedSet is the immutable set of IPs one responder answers for. The
 // announcer builds a new set on every change and swaps it in atomically, so
 // the read loops never lock and a removed IP is not answered once the swap
-// is done.
+// is done. It is sharded by the address's last byte so that a change copies
+// one small shard map (plus the shard arrays) instead of every owned IP:
+// load-balancer IPs are allocated sequentially, so shards stay balanced.
 type ownedSet struct {
-	v4 map[uint32]*ownedIP
-	v6 map[[16]byte]*ownedIP
+	v4     [ownedShards]map[uint32]*ownedIP
+	v6     [ownedShards]map[[16]byte]*ownedIP
+	n4, n6 int
 }
+
+const ownedShards = 256
+
+func newOwnedSet() *ownedSet { return &ownedSet{} }
+
+// get4 and get6 look an address up; lookups in a nil shard map return nil.
+func (s *ownedSet) get4(k uint32) *ownedIP   { return s.v4[k&(ownedShards-1)][k] }
+func (s *ownedSet) get6(k [16]byte) *ownedIP { return s.v6[k[15]][k] }
 
 func (s *ownedSet) has(ip netip.Addr) bool {
 	if s == nil {
 		return false
 	}
 	if ip.Is4() {
-		return s.v4[v4key(ip)] != nil
+		return s.get4(v4key(ip)) != nil
 	}
-	return s.v6[ip.As16()] != nil
+	return s.get6(ip.As16()) != nil
+}
+
+// setEditor derives a new ownedSet from an old one, copying each shard it
+// touches once.
+type setEditor struct {
+	s      *ownedSet
+	copied [2][ownedShards]bool
+}
+
+func editSet(old *ownedSet) *setEditor {
+	s := newOwnedSet()
+	if old != nil {
+		*s = *old
+	}
+	return &setEditor{s: s}
+}
+
+func (e *setEditor) shard4(k uint32) map[uint32]*ownedIP {
+	i := k & (ownedShards - 1)
+	if !e.copied[0][i] {
+		m := make(map[uint32]*ownedIP, len(e.s.v4[i])+1)
+		maps.Copy(m, e.s.v4[i])
+		e.s.v4[i], e.copied[0][i] = m, true
+	}
+	return e.s.v4[i]
+}
+
+func (e *setEditor) shard6(k [16]byte) map[[16]byte]*ownedIP {
+	i := k[15]
+	if !e.copied[1][i] {
+		m := make(map[[16]byte]*ownedIP, len(e.s.v6[i])+1)
+		maps.Copy(m, e.s.v6[i])
+		e.s.v6[i], e.copied[1][i] = m, true
+	}
+	return e.s.v6[i]
+}
+
+func (e *setEditor) add(o *ownedIP) {
+	if o.addr.Is4() {
+		k := v4key(o.addr)
+		m := e.shard4(k)
+		if m[k] == nil {
+			e.s.n4++
+		}
+		m[k] = o
+		return
+	}
+	k := o.addr.As16()
+	m := e.shard6(k)
+	if m[k] == nil {
+		e.s.n6++
+	}
+	m[k] = o
+}
+
+func (e *setEditor) remove(ip netip.Addr) {
+	if ip.Is4() {
+		k := v4key(ip)
+		if m := e.shard4(k); m[k] != nil {
+			delete(m, k)
+			e.s.n4--
+		}
+		return
+	}
+	k := ip.As16()
+	if m := e.shard6(k); m[k] != nil {
+		delete(m, k)
+		e.s.n6--
+	}
+}
+
+// v4Keys lists the owned IPv4 addresses, sorted.
+func (s *ownedSet) v4Keys() []uint32 {
+	out := make([]uint32, 0, s.n4)
+	for _, m := range s.v4 {
+		for k := range m {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // MulticastGroups joins and leaves IPv6 multicast groups on one interface.
@@ -62,6 +157,8 @@ type responder struct {
 	// conflict is called from the read loops when another MAC claims an
 	// owned IP.
 	conflict func(o *ownedIP, mac [6]byte, iface string)
+	// noKernelOwnedFilter keeps the generic ARP socket filter (benchmarks).
+	noKernelOwnedFilter bool
 
 	// groups counts owned IPv6 addresses per solicited-node group; guarded
 	// by the announcer's mutex.
@@ -87,6 +184,40 @@ func (r *responder) start() {
 			defer r.wg.Done()
 			r.serve(r.ndp, r.serveNDPFrame())
 		}()
+	}
+}
+
+// updateKernelFilter narrows the ARP socket's kernel filter to the current
+// owned IPv4 set, so frames about other addresses never reach user space.
+// It runs after the owned set is swapped: an IP just removed is already not
+// answered; one just added is answered once the filter lets it through.
+// Sockets without SetBPF (test seams) keep relying on the user-space check,
+// which stays in place either way.
+func (r *responder) updateKernelFilter() {
+	c, ok := r.arp.(interface {
+		SetBPF([]bpf.RawInstruction) error
+	})
+	if !ok || r.arp == nil || r.noKernelOwnedFilter {
+		return
+	}
+	set := r.owned.Load()
+	var (
+		prog []bpf.RawInstruction
+		err  error
+	)
+	if set.n4 <= maxKernelFilterIPs {
+		prog, err = ownedARPFilter(set.v4Keys())
+	} else {
+		prog, err = arpFilter()
+	}
+	if err == nil {
+		err = c.SetBPF(prog)
+	}
+	if err != nil {
+		r.log.Error(err, "updating the ARP socket filter failed; falling back to the generic ARP filter")
+		if prog, err := arpFilter(); err == nil {
+			_ = c.SetBPF(prog)
+		}
 	}
 }
 
@@ -141,18 +272,18 @@ func (r *responder) handleARP(b []byte, f *arpFrame, out []byte, dst *packet.Add
 		return
 	}
 	set := r.owned.Load()
-	if set == nil || len(set.v4) == 0 {
+	if set == nil || set.n4 == 0 {
 		return
 	}
 	// Any ARP frame (reply, gratuitous request, plain request) whose sender
 	// is an owned IP with a foreign MAC means someone else uses that IP.
-	if o := set.v4[f.spa]; o != nil && f.sha != r.mac && !r.isLocal(f.sha) {
+	if o := set.get4(f.spa); o != nil && f.sha != r.mac && !r.isLocal(f.sha) {
 		r.conflict(o, f.sha, r.link.Name)
 	}
 	if f.op != arpOpRequest {
 		return
 	}
-	o := set.v4[f.tpa]
+	o := set.get4(f.tpa)
 	if o == nil {
 		return
 	}
@@ -191,10 +322,10 @@ func (r *responder) handleNDP(b []byte, f *ndpFrame) {
 		return
 	}
 	set := r.owned.Load()
-	if set == nil || len(set.v6) == 0 {
+	if set == nil || set.n6 == 0 {
 		return
 	}
-	o := set.v6[f.target]
+	o := set.get6(f.target)
 	if o == nil {
 		return
 	}
