@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap/zapcore"
+	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -43,6 +44,7 @@ func newSpeakerCommand() *cobra.Command {
 		excludeIfaces []string
 		ml            = membership.DefaultOptions()
 		l2            layer2.Options
+		kubeconfig    string
 	)
 	cmd := &cobra.Command{
 		Use:   "speaker",
@@ -75,6 +77,11 @@ MetalLB speaker Pod spec works unchanged.`,
 				return fmt.Errorf("--exclude-interfaces: %w", err)
 			}
 			o.Layer2 = l2
+			if kubeconfig != "" {
+				if o.RestConfig, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
+					return fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
+				}
+			}
 			return speaker.Run(ctrl.SetupSignalHandler(), o)
 		},
 	}
@@ -91,6 +98,8 @@ MetalLB speaker Pod spec works unchanged.`,
 		"handle only Services with this spec.loadBalancerClass; empty handles Services without a class (as MetalLB's --lb-class)")
 	f.BoolVar(&o.IgnoreExcludeLB, "ignore-exclude-lb", false,
 		"also announce from nodes labelled node.kubernetes.io/exclude-from-external-load-balancers")
+	f.StringVar(&kubeconfig, "kubeconfig", "",
+		"kubeconfig file; default: in-cluster service account, then $KUBECONFIG, then ~/.kube/config")
 	f.StringVar(&logLevel, "log-level", speakerEnv("METALLB_LOG_LEVEL", "info"), "log level: all, debug, info, warn, error or none")
 	f.IntVar(&metricsPort, "port", speakerEnvInt("METALLB_METRICS_PORT", 9120),
 		"Prometheus metrics port (HTTPS with Kubernetes authentication and authorization unless --metrics-secure=false); 0 disables")
