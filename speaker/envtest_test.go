@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,6 +21,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -426,8 +428,9 @@ func announcedBy(node string, want bool) func() string {
 	}
 }
 
-// TestStatusNotDuplicated hammers syncStatus right after creation, when the
-// cache cannot show the new object yet: still exactly one object.
+// TestStatusNotDuplicated calls syncStatus repeatedly: still exactly one
+// object; the conflict condition is set and cleared; losing the election
+// deletes the object.
 func TestStatusNotDuplicated(t *testing.T) {
 	if testing.Short() {
 		t.Skip("envtest: skipped in -short mode")
@@ -435,9 +438,8 @@ func TestStatusNotDuplicated(t *testing.T) {
 	cfg, c, _ := startEnv(t)
 	ctx := context.Background()
 	create(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}})
-	// A reconciler whose "cache" is the live client with one object hidden
-	// is not needed: the plain client without cache is always current, so
-	// use an uncached client for reads and writes and call syncStatus twice.
+	// An uncached client for reads and writes: each call sees the previous
+	// call's writes.
 	scheme, _ := Scheme()
 	direct, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
@@ -456,6 +458,28 @@ func TestStatusNotDuplicated(t *testing.T) {
 	if len(items) != 1 || items[0].Status.Node != "w1" || len(items[0].Status.Interfaces) != 0 {
 		t.Fatalf("want one status for w1 with no interfaces listed: %s", describeStatuses(items))
 	}
+	// A conflict report shows as a condition, and clears after conflictHold.
+	mac, _ := net.ParseMAC("02:00:00:00:00:99")
+	r.state.conflicts[key.String()] = conflictRecord{last: time.Now(),
+		Conflict: layer2.Conflict{IP: netip.MustParseAddr("172.18.255.201"), MAC: mac, Interface: "eth0"}}
+	if err := r.syncStatus(ctx, key, svc, want); err != nil {
+		t.Fatal(err)
+	}
+	items = statuses(t, c)
+	if len(items) != 1 || !meta.IsStatusConditionTrue(items[0].Status.Conditions, ConditionAddressConflict) ||
+		!strings.Contains(meta.FindStatusCondition(items[0].Status.Conditions, ConditionAddressConflict).Message, "02:00:00:00:00:99") {
+		t.Fatalf("want an AddressConflict=True condition naming the MAC: %+v", items)
+	}
+	r.state.conflicts[key.String()] = conflictRecord{last: time.Now().Add(-2 * conflictHold)}
+	if err := r.syncStatus(ctx, key, svc, want); err != nil {
+		t.Fatal(err)
+	}
+	items = statuses(t, c)
+	if len(items) != 1 || meta.FindStatusCondition(items[0].Status.Conditions, ConditionAddressConflict) == nil ||
+		meta.IsStatusConditionTrue(items[0].Status.Conditions, ConditionAddressConflict) {
+		t.Fatalf("want the AddressConflict condition False after the hold time: %+v", items)
+	}
+
 	// Losing the election deletes it.
 	if err := r.syncStatus(ctx, key, svc, Want{Reason: election.ReasonNotOwner, Winner: "w2"}); err != nil {
 		t.Fatal(err)

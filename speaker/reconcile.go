@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -107,6 +108,7 @@ type state struct {
 	announced map[string]announced
 	winners   map[string]string
 	created   map[string]string // service key -> ServiceL2Status name
+	conflicts map[string]conflictRecord
 
 	cfgKey   string
 	cfg      *config.Config
@@ -114,8 +116,23 @@ type state struct {
 }
 
 func newState() *state {
-	return &state{announced: map[string]announced{}, winners: map[string]string{}, created: map[string]string{}}
+	return &state{announced: map[string]announced{}, winners: map[string]string{}, created: map[string]string{},
+		conflicts: map[string]conflictRecord{}}
 }
+
+// conflictRecord is the last address conflict reported for a Service's IP.
+type conflictRecord struct {
+	layer2.Conflict
+	last time.Time
+}
+
+// ConditionAddressConflict is the ServiceL2Status condition set while another
+// host answers for an announced IP.
+const ConditionAddressConflict = "AddressConflict"
+
+// conflictHold is how long a conflict stays reported after the last frame
+// seen: the announcer reports a persisting conflict at most every 10 s.
+const conflictHold = time.Minute
 
 type serviceReconciler struct {
 	client.Client
@@ -131,6 +148,10 @@ type serviceReconciler struct {
 
 	ownerMu sync.Mutex
 	owner   *metav1.OwnerReference
+
+	// queue is the controller's work queue, to re-reconcile a Service on a
+	// conflict report.
+	queue atomic.Pointer[workqueue.TypedRateLimitingInterface[reconcile.Request]]
 }
 
 // allServices lists every Service in the cache as requests.
@@ -153,6 +174,7 @@ func (r *serviceReconciler) allServices(ctx context.Context) []reconcile.Request
 // event (MetalLB does the same on NodeJoin/NodeLeave/NodeUpdate).
 func (r *serviceReconciler) membershipSource() source.Source {
 	return source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+		r.queue.Store(&q)
 		if r.ml == nil {
 			return nil
 		}
@@ -283,7 +305,27 @@ func (r *serviceReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	}
 	want := Decide(snap, svc, eps)
 	r.apply(ctx, log, key, svc, want)
-	return reconcile.Result{}, r.syncStatus(ctx, req.NamespacedName, svc, want)
+	if err := r.syncStatus(ctx, req.NamespacedName, svc, want); err != nil {
+		return reconcile.Result{}, err
+	}
+	if c, ok := r.conflict(key); ok {
+		// Come back to clear the condition once the conflict is over.
+		return reconcile.Result{RequeueAfter: time.Until(c.last.Add(conflictHold)) + time.Second}, nil
+	}
+	return reconcile.Result{}, nil
+}
+
+// conflict returns the active conflict record of a Service, dropping an
+// expired one.
+func (r *serviceReconciler) conflict(key string) (conflictRecord, bool) {
+	r.state.mu.Lock()
+	defer r.state.mu.Unlock()
+	c, ok := r.state.conflicts[key]
+	if ok && time.Since(c.last) > conflictHold {
+		delete(r.state.conflicts, key)
+		return conflictRecord{}, false
+	}
+	return c, ok
 }
 
 // apply updates the announcer, metrics, events and logs when the decision
@@ -450,13 +492,30 @@ func (r *serviceReconciler) syncStatus(ctx context.Context, key types.Namespaced
 	} else {
 		st = st.DeepCopy()
 	}
-	if statusEqual(st.Status, desired) {
+	conditions := slices.Clone(st.Status.Conditions)
+	condChanged := false
+	if c, ok := r.conflict(key.String()); ok {
+		condChanged = meta.SetStatusCondition(&conditions, metav1.Condition{
+			Type: ConditionAddressConflict, Status: metav1.ConditionTrue, Reason: "AnotherHostAnswers",
+			ObservedGeneration: st.Generation,
+			Message: fmt.Sprintf("host %s answers for %s on interface %s (last seen %s): address conflict or split brain",
+				c.MAC, c.IP, c.Interface, c.last.UTC().Format(time.RFC3339)),
+		})
+	} else if meta.IsStatusConditionTrue(conditions, ConditionAddressConflict) {
+		condChanged = meta.SetStatusCondition(&conditions, metav1.Condition{
+			Type: ConditionAddressConflict, Status: metav1.ConditionFalse, Reason: "ConflictEnded",
+			ObservedGeneration: st.Generation,
+			Message:            fmt.Sprintf("no other host seen answering for %s", conflictHold),
+		})
+	}
+	if statusEqual(st.Status, desired) && !condChanged {
 		return nil
 	}
 	// node, serviceName and serviceNamespace are immutable once set; they
 	// are only ever set to these values.
 	st.Status.Node, st.Status.ServiceName, st.Status.ServiceNamespace = desired.Node, desired.ServiceName, desired.ServiceNamespace
 	st.Status.Interfaces = desired.Interfaces
+	st.Status.Conditions = conditions
 	if err := r.Status().Update(ctx, st); err != nil {
 		return fmt.Errorf("update status of ServiceL2Status %s for %s: %w", st.Name, key, err)
 	}
@@ -514,6 +573,17 @@ func (r *serviceReconciler) watchConflicts(ctx context.Context) {
 			}
 			r.state.mu.Unlock()
 			slices.Sort(keys)
+			r.state.mu.Lock()
+			for _, k := range keys {
+				r.state.conflicts[k] = conflictRecord{Conflict: c, last: time.Now()}
+			}
+			r.state.mu.Unlock()
+			if q := r.queue.Load(); q != nil {
+				for _, k := range keys {
+					ns, name, _ := strings.Cut(k, "/")
+					(*q).Add(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}})
+				}
+			}
 			r.log.Info("address conflict: another host answers for an IP this node announces",
 				"ip", c.IP, "mac", c.MAC.String(), "interface", c.Interface, "services", keys)
 			for _, k := range keys {
@@ -531,7 +601,7 @@ func (r *serviceReconciler) watchConflicts(ctx context.Context) {
 }
 
 func (r *serviceReconciler) conflicts() <-chan layer2.Conflict {
-	if a, ok := r.ann.(*layer2.Announcer); ok {
+	if a, ok := r.ann.(interface{ Conflicts() <-chan layer2.Conflict }); ok {
 		return a.Conflicts()
 	}
 	return nil
