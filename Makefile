@@ -90,6 +90,12 @@ test-unit: ## Run the Go tests (envtest suites use the API server in ./bin).
 bench-controller: ## Benchmark the controller on envtest: create->IP latency, 10,000 Services, restart (docs/benchmarks.md).
 	go run ./test/bench/controller
 
+##@ Demo
+
+.PHONY: demo
+demo: ## The walkthrough end to end in the lab (root): build, lab up, helm install, apply examples/walkthrough, curl from mypc. Leaves the lab up.
+	hack/demo.sh
+
 ##@ Build
 
 .PHONY: build

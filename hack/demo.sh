@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# demo.sh: the users' walkthrough (docs: /README.md, examples/walkthrough) in the lab, end to end.
+#
+# Builds what is needed, brings the lab up (or reuses the running one), installs ironlb with
+# Helm into metallb-system, applies the walkthrough's pods, pool, L2Advertisement and three
+# LoadBalancer services, waits for their EXTERNAL-IPs and shows, from the external client mypc,
+# that each IP answers (Hostname distribution of 100 curls), which MAC mypc learned for it and
+# which node announces it. The lab is left running; `make lab-down` removes it.
+#
+# Needs root (the lab is made of network namespaces). Run as `make demo`.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+NS=metallb-system
+KUBECONFIG_PATH="$ROOT/.lab/kubeconfig"
+KUBECTL=("$ROOT/bin/kubectl" --kubeconfig "$KUBECONFIG_PATH")
+HELM=("$ROOT/bin/helm" --kubeconfig "$KUBECONFIG_PATH")
+LAB="$ROOT/bin/lab"
+SERVICES=(svc1 svc2 svc3)
+
+step() { echo ">> $*"; }
+# fail prints what went wrong and what to do next, then exits.
+fail() {
+	echo "!! $1" >&2
+	shift
+	for hint in "$@"; do echo "   next: $hint" >&2; done
+	exit 1
+}
+trap 'rc=$?; [ $rc -eq 0 ] || echo "!! demo failed (exit $rc); the lab is left as it is: look around with the hints above, or start over with: make lab-down && make demo" >&2' EXIT
+
+# wait_for DESCRIPTION TIMEOUT_SECONDS COMMAND...: polls COMMAND every second until it succeeds.
+wait_for() {
+	local what=$1 timeout=$2 start=$SECONDS
+	shift 2
+	until "$@" >/dev/null 2>&1; do
+		if ((SECONDS - start >= timeout)); then
+			return 1
+		fi
+		sleep 1
+	done
+	step "$what ($((SECONDS - start)) s)"
+}
+
+[ "$(id -u)" -eq 0 ] || fail "the lab needs root (it creates network namespaces)" "sudo make demo"
+
+step "building tools, ironlb and the lab (make tools build lab; the first build of the Kubernetes binaries takes ~10-15 min)"
+make --no-print-directory tools build lab >/tmp/ironlb-demo-build.log 2>&1 ||
+	fail "build failed; the log is /tmp/ironlb-demo-build.log:" "tail -50 /tmp/ironlb-demo-build.log"
+
+step "bringing the lab up (an already running lab is reused)"
+"$LAB" up ||
+	fail "lab up failed" "$LAB status" "ls $ROOT/.lab/logs/" "$LAB down && make demo"
+export KUBECONFIG="$KUBECONFIG_PATH"
+
+step "installing ironlb into $NS with Helm (charts/ironlb)"
+"${HELM[@]}" upgrade --install ironlb charts/ironlb -n "$NS" --create-namespace --wait=false ||
+	fail "helm install failed" "${HELM[*]} status ironlb -n $NS" "${KUBECTL[*]} get events -n $NS"
+
+controller_ready() {
+	local want ready
+	want=$("${KUBECTL[@]}" get deploy -n "$NS" ironlb-controller -o jsonpath='{.spec.replicas}')
+	ready=$("${KUBECTL[@]}" get deploy -n "$NS" ironlb-controller -o jsonpath='{.status.readyReplicas}')
+	[ -n "$ready" ] && [ "$ready" = "$want" ]
+}
+speakers_ready() {
+	local want ready
+	want=$("${KUBECTL[@]}" get ds -n "$NS" ironlb-speaker -o jsonpath='{.status.desiredNumberScheduled}')
+	ready=$("${KUBECTL[@]}" get ds -n "$NS" ironlb-speaker -o jsonpath='{.status.numberReady}')
+	[ -n "$want" ] && [ "$want" != 0 ] && [ "$ready" = "$want" ]
+}
+# The pool and advertisement go through the validating webhook: wait until it answers.
+webhook_ready() {
+	"${KUBECTL[@]}" get endpointslices -n "$NS" -l kubernetes.io/service-name=ironlb-webhook-service \
+		-o jsonpath='{.items[*].endpoints[?(@.conditions.ready==true)].addresses[0]}' | grep -q .
+}
+wait_for "controller Ready" 180 controller_ready ||
+	fail "the controller did not become Ready in 180 s" "${KUBECTL[*]} get pods -n $NS -o wide" \
+		"${KUBECTL[*]} describe deploy -n $NS ironlb-controller" "$LAB logs $NS/<controller pod>"
+wait_for "speakers Ready on every node" 180 speakers_ready ||
+	fail "the speakers did not become Ready in 180 s" "${KUBECTL[*]} get pods -n $NS -o wide" \
+		"${KUBECTL[*]} get events -n $NS" "$LAB logs $NS/<speaker pod>"
+wait_for "webhook serving" 120 webhook_ready ||
+	fail "the webhook Service has no ready endpoint" "${KUBECTL[*]} get endpointslices -n $NS"
+
+step "applying the walkthrough: examples/walkthrough/pods.yaml, pool.yaml, services.yaml"
+"${KUBECTL[@]}" apply -f examples/walkthrough/pods.yaml
+# The webhook may still be taking its certificate: retry for a while.
+apply_pool() { "${KUBECTL[@]}" apply -f examples/walkthrough/pool.yaml; }
+for i in $(seq 30); do
+	if out=$(apply_pool 2>&1); then echo "$out"; break; fi
+	[ "$i" -lt 30 ] || fail "applying the pool failed: $out" "${KUBECTL[*]} get validatingwebhookconfigurations" \
+		"$LAB logs $NS/<controller pod>"
+	sleep 2
+done
+"${KUBECTL[@]}" apply -f examples/walkthrough/services.yaml
+
+pods_ready() { "${KUBECTL[@]}" wait --for=condition=Ready pod/webpod1 pod/webpod2 --timeout=2s; }
+wait_for "webpod1 and webpod2 Ready" 120 pods_ready ||
+	fail "the backends are not Ready" "${KUBECTL[*]} describe pod webpod1 webpod2"
+
+external_ip() { "${KUBECTL[@]}" get svc "$1" -o jsonpath='{.status.loadBalancer.ingress[0].ip}'; }
+all_ips() {
+	local s
+	for s in "${SERVICES[@]}"; do [ -n "$(external_ip "$s")" ] || return 1; done
+}
+wait_for "EXTERNAL-IPs assigned" 120 all_ips ||
+	fail "not every service got an EXTERNAL-IP" "${KUBECTL[*]} get svc" "${KUBECTL[*]} describe svc svc1" \
+		"${KUBECTL[*]} get events -n $NS"
+IPS=()
+for s in "${SERVICES[@]}"; do IPS+=("$(external_ip "$s")"); done
+
+announced() {
+	local n
+	n=$("${KUBECTL[@]}" get servicel2statuses -n "$NS" -o name | wc -l)
+	[ "$n" -ge "${#SERVICES[@]}" ]
+}
+wait_for "every service announced (ServiceL2Status)" 120 announced ||
+	fail "not every service has an announcing node" "${KUBECTL[*]} get servicel2statuses -n $NS" \
+		"${KUBECTL[*]} get events" "$LAB logs $NS/<speaker pod>"
+
+echo
+echo "\$ kubectl get ipaddresspools,l2advertisements -n $NS"
+"${KUBECTL[@]}" get ipaddresspools,l2advertisements -n "$NS"
+echo
+echo "\$ kubectl get svc"
+"${KUBECTL[@]}" get svc
+
+for ip in "${IPS[@]}"; do
+	echo
+	echo "\$ bin/lab exec mypc -- sh -c 'for i in \$(seq 100); do curl -s $ip | grep Hostname; done | sort | uniq -c | sort -nr'"
+	"$LAB" exec mypc -- sh -c "for i in \$(seq 100); do curl -s -m 2 $ip | grep Hostname; done | sort | uniq -c | sort -nr"
+done
+
+echo
+echo "\$ bin/lab exec mypc -- ip neigh   (service IPs)"
+"$LAB" exec mypc -- ip neigh show | grep -F -e "${IPS[0]} " -e "${IPS[1]} " -e "${IPS[2]} " || true
+echo
+echo "\$ kubectl get servicel2statuses -n $NS   (which node announces each service)"
+"${KUBECTL[@]}" get servicel2statuses -n "$NS" \
+	-o custom-columns='NAME:.metadata.name,SERVICE:.status.serviceName,NAMESPACE:.status.serviceNamespace,NODE:.status.node,INTERFACES:.status.interfaces[*].name'
+echo
+echo "\$ kubectl get nodes -o wide   (node IPs; the lab's node MACs are 02:42:ac:12:00:<last octet in hex>)"
+"${KUBECTL[@]}" get nodes -o wide
+
+cat <<EOF
+
+>> done: the lab is up with ironlb and the walkthrough applied.
+   kubeconfig: $KUBECONFIG_PATH
+   look around:
+     export KUBECONFIG=$KUBECONFIG_PATH
+     bin/kubectl get pods -A -o wide
+     bin/kubectl get servicel2statuses -n $NS
+     bin/kubectl get events -n $NS
+     bin/lab exec mypc -- curl -s ${IPS[0]}
+     bin/lab exec mypc -- ip neigh
+     bin/lab exec myk8s-worker -- iptables -t nat -S KUBE-SERVICES
+     bin/lab logs $NS/<pod>          (pod logs)
+     bin/lab kill-node myk8s-worker3 (take a node down hard; bin/lab restore-node to undo)
+     make lab-status
+   tear down: make lab-down
+EOF
