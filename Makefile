@@ -86,6 +86,10 @@ test: tools verify-gen vet helm-check test-unit ## Run every test: unit, fuzz se
 test-unit: ## Run the Go tests (envtest suites use the API server in ./bin).
 	go test ./... -count=1
 
+.PHONY: test-e2e
+test-e2e: build lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Run the e2e suite (root): brings the lab up, installs the chart, runs test/e2e, tears the lab down.
+	go test -tags e2e ./test/e2e -count=1 -v -timeout 20m $(E2E_FLAGS)
+
 .PHONY: bench-controller
 bench-controller: ## Benchmark the controller on envtest: create->IP latency, 10,000 Services, restart (docs/benchmarks.md).
 	go run ./test/bench/controller

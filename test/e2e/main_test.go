@@ -1,0 +1,277 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ironlb/ironlb/api/v1beta1"
+	"github.com/ironlb/ironlb/test/lab/labctl"
+)
+
+// Environment variables:
+//
+//	E2E_KUBECONFIG  kubeconfig of a running cluster; empty: the suite brings the
+//	                lab up itself (root, Kubernetes binaries in bin/) and tears it
+//	                down at the end
+//	E2E_HOSTS       lab (default) or docker (kind: docker exec into nodes and client)
+//	E2E_CLIENT      docker: the client container (default mypc)
+//	E2E_INSTALL     0: do not helm upgrade --install the chart (it is installed)
+//	E2E_KEEP_LAB    1: leave the lab the suite brought up running
+//	E2E_KUBECTL, E2E_HELM  binaries (default bin/kubectl, bin/helm, else PATH)
+const (
+	// Namespace is the install namespace (the walkthrough's).
+	Namespace = "metallb-system"
+	// Release is the Helm release name; the chart's objects are named after it.
+	Release = "ironlb"
+)
+
+// env is the cluster under test; nil when skipReason says why not.
+var (
+	env        *Env
+	skipReason string
+)
+
+// Env is what the tests use: clients, binaries and the hosts.
+type Env struct {
+	Root       string
+	Kubeconfig string
+	Kubectl    string
+	Helm       string
+	Hosts      Hosts
+	CS         kubernetes.Interface
+	C          client.Client
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	ctx := context.Background()
+	e, teardown, reason, err := setup(ctx)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e setup failed: %v\n", err)
+		if teardown != nil {
+			teardown()
+		}
+		return 1
+	}
+	env, skipReason = e, reason
+	code := m.Run()
+	if teardown != nil {
+		teardown()
+	}
+	return code
+}
+
+// requireEnv skips the test when there is no cluster.
+func requireEnv(t *testing.T) *Env {
+	t.Helper()
+	if env == nil {
+		t.Skip(skipReason)
+	}
+	return env
+}
+
+func setup(ctx context.Context) (*Env, func(), string, error) {
+	wd, _ := os.Getwd()
+	root, err := labctl.FindRoot(wd)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	e := &Env{Root: root, Kubectl: tool(root, "E2E_KUBECTL", "kubectl"), Helm: tool(root, "E2E_HELM", "helm")}
+	var teardown func()
+	kubeconfig := os.Getenv("E2E_KUBECONFIG")
+	hosts := os.Getenv("E2E_HOSTS")
+	lab := labctl.New(root, os.Stderr)
+	switch hosts {
+	case "", "lab":
+		e.Hosts = LabHosts{Lab: lab}
+	case "docker":
+		client := os.Getenv("E2E_CLIENT")
+		if client == "" {
+			client = ClientHost
+		}
+		e.Hosts = DockerHosts{Client: client}
+	default:
+		return nil, nil, "", fmt.Errorf("E2E_HOSTS=%q: want lab or docker", hosts)
+	}
+	if kubeconfig == "" {
+		if hosts == "docker" {
+			return nil, nil, "", errors.New("E2E_HOSTS=docker needs E2E_KUBECONFIG (the kind cluster's kubeconfig)")
+		}
+		if os.Geteuid() != 0 {
+			return nil, nil, "e2e: the lab needs root (network namespaces): run `sudo make test-e2e`, or set E2E_KUBECONFIG (and E2E_HOSTS) for a running cluster", nil
+		}
+		if err := lab.CheckKubeBinaries(); err != nil {
+			return nil, nil, fmt.Sprintf("e2e: no Kubernetes binaries for the lab (%v): run `make tools`", err), nil
+		}
+		st, _ := lab.ReadState()
+		wasUp := st != nil && st.Ready && lab.Healthy(ctx) == nil
+		start := time.Now()
+		if err := lab.Up(ctx, labctl.UpOptions{Workers: 3}); err != nil {
+			return nil, nil, "", fmt.Errorf("lab up: %w", err)
+		}
+		fmt.Fprintf(os.Stderr, "e2e: lab up in %.1fs\n", time.Since(start).Seconds())
+		if !wasUp && os.Getenv("E2E_KEEP_LAB") != "1" {
+			teardown = func() {
+				if err := lab.Down(context.Background(), labctl.DownOptions{KeepLogs: true}); err != nil {
+					fmt.Fprintf(os.Stderr, "e2e: lab down: %v\n", err)
+				}
+			}
+		}
+		kubeconfig = lab.Kubeconfig()
+	}
+	e.Kubeconfig = kubeconfig
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, teardown, "", fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+	}
+	cfg.QPS, cfg.Burst = 50, 100
+	if e.CS, err = kubernetes.NewForConfig(cfg); err != nil {
+		return nil, teardown, "", err
+	}
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1beta1.AddToScheme(scheme)
+	if e.C, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		return nil, teardown, "", err
+	}
+	if os.Getenv("E2E_INSTALL") != "0" {
+		start := time.Now()
+		if err := e.install(ctx); err != nil {
+			return nil, teardown, "", err
+		}
+		fmt.Fprintf(os.Stderr, "e2e: ironlb installed and ready in %.1fs\n", time.Since(start).Seconds())
+	}
+	return e, teardown, "", nil
+}
+
+// tool returns $VAR, else bin/name if present, else name (from PATH).
+func tool(root, envVar, name string) string {
+	if v := os.Getenv(envVar); v != "" {
+		return v
+	}
+	if p := filepath.Join(root, "bin", name); fileExists(p) {
+		return p
+	}
+	return name
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// install runs the walkthrough's helm install (idempotent) and waits for the
+// controller, the speakers and the webhook.
+func (e *Env) install(ctx context.Context) error {
+	out, err := e.run(ctx, e.Helm, "--kubeconfig", e.Kubeconfig, "upgrade", "--install", Release,
+		filepath.Join(e.Root, "charts", "ironlb"), "-n", Namespace, "--create-namespace")
+	if err != nil {
+		return fmt.Errorf("helm install: %w\n%s", err, out)
+	}
+	return e.waitReady(ctx, 3*time.Minute)
+}
+
+// waitReady waits until the controller Deployment and speaker DaemonSet are
+// fully rolled out and Ready and the webhook Service has a ready endpoint.
+func (e *Env) waitReady(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var why string
+	for time.Now().Before(deadline) {
+		why = e.notReady(ctx)
+		if why == "" {
+			return nil
+		}
+		time.Sleep(time.Second)
+	}
+	return fmt.Errorf("ironlb not ready after %s: %s", timeout, why)
+}
+
+func (e *Env) notReady(ctx context.Context) string {
+	var d appsv1.Deployment
+	if err := e.C.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: Release + "-controller"}, &d); err != nil {
+		return err.Error()
+	}
+	want := int32(1)
+	if d.Spec.Replicas != nil {
+		want = *d.Spec.Replicas
+	}
+	if d.Status.ObservedGeneration < d.Generation || d.Status.UpdatedReplicas != want || d.Status.ReadyReplicas != want || d.Status.Replicas != want {
+		return fmt.Sprintf("controller: %d/%d ready, %d updated, %d total", d.Status.ReadyReplicas, want, d.Status.UpdatedReplicas, d.Status.Replicas)
+	}
+	var ds appsv1.DaemonSet
+	if err := e.C.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: Release + "-speaker"}, &ds); err != nil {
+		return err.Error()
+	}
+	s := ds.Status
+	if s.ObservedGeneration < ds.Generation || s.DesiredNumberScheduled == 0 || s.NumberReady != s.DesiredNumberScheduled ||
+		s.UpdatedNumberScheduled != s.DesiredNumberScheduled || s.NumberAvailable != s.DesiredNumberScheduled {
+		return fmt.Sprintf("speakers: %d/%d ready, %d updated", s.NumberReady, s.DesiredNumberScheduled, s.UpdatedNumberScheduled)
+	}
+	var slices discoveryv1.EndpointSliceList
+	if err := e.C.List(ctx, &slices, client.InNamespace(Namespace), client.MatchingLabels{"kubernetes.io/service-name": Release + "-webhook-service"}); err != nil {
+		return err.Error()
+	}
+	for _, sl := range slices.Items {
+		for _, ep := range sl.Endpoints {
+			if ep.Conditions.Ready != nil && *ep.Conditions.Ready {
+				return ""
+			}
+		}
+	}
+	return "webhook Service has no ready endpoint"
+}
+
+// run runs a local command, returning stdout+stderr.
+func (e *Env) run(ctx context.Context, name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	var b bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &b, &b
+	err := cmd.Run()
+	return b.String(), err
+}
+
+// kubectl runs kubectl against the cluster; stdin may be "".
+func (e *Env) kubectl(ctx context.Context, stdin string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, e.Kubectl, append([]string{"--kubeconfig", e.Kubeconfig}, args...)...)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.String() + errb.String(), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
+	}
+	return out.String(), nil
+}
+
+// nodeNames returns the cluster's nodes.
+func (e *Env) nodeNames(ctx context.Context) ([]string, error) {
+	var nodes corev1.NodeList
+	if err := e.C.List(ctx, &nodes); err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, n := range nodes.Items {
+		names = append(names, n.Name)
+	}
+	return names, nil
+}
