@@ -36,6 +36,8 @@ import (
 //	E2E_CLIENT      docker: the client container (default mypc)
 //	E2E_INSTALL     0: do not helm upgrade --install the chart (it is installed)
 //	E2E_KEEP_LAB    1: leave the lab the suite brought up running
+//	E2E_PROBE       path of e2e-probe (./test/e2e/cmd/e2e-probe) on the client;
+//	                lab: built by the suite; docker: unset means curl loops
 //	E2E_KUBECTL, E2E_HELM  binaries (default bin/kubectl, bin/helm, else PATH)
 const (
 	// Namespace is the install namespace (the walkthrough's).
@@ -57,8 +59,10 @@ type Env struct {
 	Kubectl    string
 	Helm       string
 	Hosts      Hosts
-	CS         kubernetes.Interface
-	C          client.Client
+	// Probe is the e2e-probe binary's path on the client ("" : curl loops).
+	Probe string
+	CS    kubernetes.Interface
+	C     client.Client
 }
 
 func TestMain(m *testing.M) {
@@ -142,6 +146,25 @@ func setup(ctx context.Context) (*Env, func(), string, error) {
 		kubeconfig = lab.Kubeconfig()
 	}
 	e.Kubeconfig = kubeconfig
+	e.Probe = os.Getenv("E2E_PROBE")
+	if _, isLab := e.Hosts.(LabHosts); isLab && e.Probe == "" {
+		// The lab's hosts share this machine's filesystem.
+		dir, err := os.MkdirTemp("", "ironlb-e2e-")
+		if err != nil {
+			return nil, teardown, "", err
+		}
+		e.Probe = filepath.Join(dir, "e2e-probe")
+		if out, err := e.run(ctx, "go", "build", "-o", e.Probe, "./test/e2e/cmd/e2e-probe"); err != nil {
+			return nil, teardown, "", fmt.Errorf("building e2e-probe: %w\n%s", err, out)
+		}
+		prev := teardown
+		teardown = func() {
+			os.RemoveAll(dir)
+			if prev != nil {
+				prev()
+			}
+		}
+	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return nil, teardown, "", fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
@@ -243,6 +266,7 @@ func (e *Env) notReady(ctx context.Context) string {
 // run runs a local command, returning stdout+stderr.
 func (e *Env) run(ctx context.Context, name string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = e.Root
 	var b bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &b, &b
 	err := cmd.Run()

@@ -1,0 +1,187 @@
+// Package probe is the e2e suite's client-side load: one HTTP request every
+// interval, each on a new connection (so every request resolves the service
+// IP through the client's neighbour table and opens fresh conntrack state),
+// recording when it was sent and whether it succeeded. The e2e tests and the
+// failover benchmark run it on the external client (mypc) and parse its
+// output with Parse.
+package probe
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Options configure Run.
+type Options struct {
+	URL      string
+	Interval time.Duration // between request starts (default 20 ms)
+	Timeout  time.Duration // per request (default 1 s)
+	// StopFile: Run returns once this file exists (it is removed first).
+	StopFile string
+	// Duration bounds the run (0: until StopFile or ctx).
+	Duration time.Duration
+}
+
+// Record is one request.
+type Record struct {
+	Sent    time.Time
+	Latency time.Duration
+	OK      bool
+	Err     string
+}
+
+// Run sends requests until ctx ends, Duration passes or StopFile appears, and
+// returns the records in send order.
+func Run(ctx context.Context, o Options) []Record {
+	if o.Interval <= 0 {
+		o.Interval = 20 * time.Millisecond
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = time.Second
+	}
+	if o.Duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.Duration)
+		defer cancel()
+	}
+	if o.StopFile != "" {
+		_ = os.Remove(o.StopFile)
+	}
+	tr := &http.Transport{
+		DisableKeepAlives: true,
+		DialContext:       (&net.Dialer{Timeout: o.Timeout}).DialContext,
+	}
+	cl := &http.Client{Transport: tr, Timeout: o.Timeout}
+	var (
+		mu   sync.Mutex
+		recs []Record
+		wg   sync.WaitGroup
+	)
+	tick := time.NewTicker(o.Interval)
+	defer tick.Stop()
+	for n := 0; ; n++ {
+		if o.StopFile != "" && n%5 == 0 {
+			if _, err := os.Stat(o.StopFile); err == nil {
+				_ = os.Remove(o.StopFile)
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+			wg.Add(1)
+			go func(sent time.Time) {
+				defer wg.Done()
+				r := Record{Sent: sent}
+				// The requests outlive ctx by at most Timeout: a request sent is
+				// always recorded.
+				resp, err := cl.Get(o.URL)
+				if err == nil {
+					_, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if err == nil && resp.StatusCode != http.StatusOK {
+						err = fmt.Errorf("HTTP %d", resp.StatusCode)
+					}
+				}
+				r.Latency = time.Since(sent)
+				r.OK = err == nil
+				if err != nil {
+					r.Err = err.Error()
+				}
+				mu.Lock()
+				recs = append(recs, r)
+				mu.Unlock()
+			}(time.Now())
+			continue
+		}
+		break
+	}
+	wg.Wait()
+	sort.Slice(recs, func(i, j int) bool { return recs[i].Sent.Before(recs[j].Sent) })
+	return recs
+}
+
+// Write prints records one per line: "ok|fail <sent unix ns> <latency ns> [error]".
+func Write(w io.Writer, recs []Record) error {
+	bw := bufio.NewWriter(w)
+	for _, r := range recs {
+		st := "ok"
+		if !r.OK {
+			st = "fail"
+		}
+		fmt.Fprintf(bw, "%s %d %d %s\n", st, r.Sent.UnixNano(), r.Latency.Nanoseconds(), strings.ReplaceAll(r.Err, "\n", " "))
+	}
+	return bw.Flush()
+}
+
+// Parse reads what Write printed; other lines are ignored.
+func Parse(s string) []Record {
+	var out []Record
+	for _, line := range strings.Split(s, "\n") {
+		f := strings.SplitN(strings.TrimSpace(line), " ", 4)
+		if len(f) < 3 || (f[0] != "ok" && f[0] != "fail") {
+			continue
+		}
+		sent, err1 := strconv.ParseInt(f[1], 10, 64)
+		lat, err2 := strconv.ParseInt(f[2], 10, 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		r := Record{Sent: time.Unix(0, sent), Latency: time.Duration(lat), OK: f[0] == "ok"}
+		if len(f) == 4 {
+			r.Err = f[3]
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// Summary describes a run around one disruption at time At.
+type Summary struct {
+	Total, Failed int
+	// Recovery is the time from At to the send time of the first request sent
+	// after At that succeeded, when a request sent after At failed; 0
+	// otherwise (nothing was lost).
+	Recovery time.Duration
+	// Rate is requests per second over the run.
+	Rate float64
+}
+
+// Summarize computes a Summary of recs for a disruption at at.
+func Summarize(recs []Record, at time.Time) Summary {
+	var s Summary
+	s.Total = len(recs)
+	var firstFailAfter bool
+	for _, r := range recs {
+		if !r.OK {
+			s.Failed++
+			if !r.Sent.Before(at) || r.Sent.Add(r.Latency).After(at) {
+				firstFailAfter = true
+			}
+		}
+	}
+	if firstFailAfter {
+		for _, r := range recs {
+			if r.OK && r.Sent.After(at) {
+				s.Recovery = r.Sent.Sub(at)
+				break
+			}
+		}
+	}
+	if n := len(recs); n > 1 {
+		if d := recs[n-1].Sent.Sub(recs[0].Sent); d > 0 {
+			s.Rate = float64(n-1) / d.Seconds()
+		}
+	}
+	return s
+}
