@@ -271,6 +271,10 @@ func Run(ctx context.Context, opts Options) error {
 	if ml == nil {
 		r.ready.Store(true)
 	}
+	if err := setupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	r.indexed = true
 	if err := r.setup(mgr); err != nil {
 		return err
 	}
