@@ -38,6 +38,15 @@ type Options struct {
 	// RescanInterval is the periodic interface rescan, a safety net behind the
 	// netlink subscription (default 30 s).
 	RescanInterval time.Duration
+	// ConflictGrace: a foreign claim is reported only if it persists
+	// (default 3 s; negative: report at once). The first sighting starts
+	// the grace; when it ends one probe re-checks, and a claim seen again
+	// after it (the other host answering the probe, or announcing again) is
+	// reported. During a normal handover the old and the new owner overlap
+	// for a moment, each speaker processing the membership change at a
+	// slightly different time, and the old one falls silent within the
+	// grace; a real conflict or split brain does not.
+	ConflictGrace time.Duration
 	// ConflictInterval rate-limits conflict reports and defensive
 	// announcements per IP (default 10 s, RFC 5227's DEFEND_INTERVAL).
 	ConflictInterval time.Duration
@@ -76,6 +85,9 @@ func (o *Options) defaults() {
 	if o.RescanInterval <= 0 {
 		o.RescanInterval = 30 * time.Second
 	}
+	if o.ConflictGrace == 0 {
+		o.ConflictGrace = 3 * time.Second
+	}
 	if o.ConflictInterval <= 0 {
 		o.ConflictInterval = 10 * time.Second
 	}
@@ -110,6 +122,7 @@ type Announcer struct {
 	rescanCh  chan struct{}
 	garpCh    chan struct{}
 	defendCh  chan burstKey
+	recheckCh chan recheck
 	localMACs atomic.Pointer[map[[6]byte]struct{}]
 
 	mu         sync.Mutex
@@ -120,9 +133,11 @@ type Announcer struct {
 	ipMetrics  map[netip.Addr]*ipMetrics
 	responders map[string]*responder // by interface name
 	bursts     map[burstKey]*burst
+	rechecks   map[burstKey]time.Time // probes due after a conflict grace
 
 	cmu          sync.Mutex
-	lastConflict map[netip.Addr]time.Time
+	lastConflict map[netip.Addr]time.Time // last report, for the rate limit
+	firstSeen    map[netip.Addr]time.Time // claims within their grace
 }
 
 type balancer struct {
@@ -136,6 +151,11 @@ type ipState struct {
 	all        bool
 	interfaces map[string]bool
 	owned      *ownedIP
+}
+
+type recheck struct {
+	k  burstKey
+	at time.Time
 }
 
 type burstKey struct {
@@ -162,13 +182,16 @@ func NewAnnouncer(log logr.Logger, opts Options) *Announcer {
 		rescanCh:     make(chan struct{}, 1),
 		garpCh:       make(chan struct{}, 1),
 		defendCh:     make(chan burstKey, 64),
+		recheckCh:    make(chan recheck, 64),
 		balancers:    map[string]balancer{},
 		ips:          map[netip.Addr]*ipState{},
 		refs:         map[netip.Addr]map[string]struct{}{},
 		ipMetrics:    map[netip.Addr]*ipMetrics{},
 		responders:   map[string]*responder{},
 		bursts:       map[burstKey]*burst{},
+		rechecks:     map[burstKey]time.Time{},
 		lastConflict: map[netip.Addr]time.Time{},
+		firstSeen:    map[netip.Addr]time.Time{},
 	}
 	if defaultWatch {
 		a.opts.WatchLinks = func(ctx context.Context, changed func()) { watchNetlink(ctx, log, changed) }
@@ -284,6 +307,7 @@ func (a *Announcer) applyLocked(name string, oldIPs, newIPs []netip.Addr) {
 		a.cmu.Lock()
 		for _, ip := range lost {
 			delete(a.lastConflict, ip)
+			delete(a.firstSeen, ip)
 		}
 		a.cmu.Unlock()
 	}
@@ -355,6 +379,7 @@ func (a *Announcer) updateResponderLocked(r *responder, affected []netip.Addr) {
 	}
 	for _, ip := range removed {
 		delete(a.bursts, burstKey{ip, r.link.Name})
+		delete(a.rechecks, burstKey{ip, r.link.Name})
 		if ip.Is6() {
 			a.leaveLocked(r, ip)
 		}
@@ -394,8 +419,8 @@ func (a *Announcer) leaveLocked(r *responder, ip netip.Addr) {
 // add its full length to every failover, the number ironlb is judged on. A
 // live holder answers the probe (or announces itself) within a round trip,
 // and the passive watch, which runs for as long as the IP is owned, reports
-// that as a Conflict; the takeover is then bounded to one defensive
-// announcement per ConflictInterval, never a loop.
+// that as a Conflict if it persists past ConflictGrace; the takeover is then
+// bounded to one defensive announcement per ConflictInterval, never a loop.
 func (a *Announcer) scheduleLocked(k burstKey, now time.Time, probe bool) {
 	if a.opts.GratuitousCount < 0 {
 		if a.opts.RefreshInterval > 0 {
@@ -532,6 +557,11 @@ func (a *Announcer) closeResponderLocked(r *responder, why string) {
 			delete(a.bursts, k)
 		}
 	}
+	for k := range a.rechecks {
+		if k.iface == r.link.Name {
+			delete(a.rechecks, k)
+		}
+	}
 	a.log.Info("deleted responder", "interface", r.link.Name, "reason", why)
 }
 
@@ -585,6 +615,12 @@ func (a *Announcer) garpLoop(ctx context.Context) {
 			return
 		case <-timer.C:
 		case <-a.garpCh:
+		case rc := <-a.recheckCh:
+			a.mu.Lock()
+			if _, pending := a.rechecks[rc.k]; !pending {
+				a.rechecks[rc.k] = rc.at
+			}
+			a.mu.Unlock()
 		case k := <-a.defendCh:
 			a.mu.Lock()
 			if r := a.responders[k.iface]; r != nil && r.owned.Load().has(k.ip) && a.bursts[k] == nil {
@@ -604,6 +640,20 @@ func (a *Announcer) sendDue() time.Time {
 	defer a.mu.Unlock()
 	now := time.Now()
 	var next time.Time
+	for k, at := range a.rechecks {
+		if at.After(now) {
+			if next.IsZero() || at.Before(next) {
+				next = at
+			}
+			continue
+		}
+		delete(a.rechecks, k)
+		if r := a.responders[k.iface]; r != nil && r.owned.Load().has(k.ip) {
+			if err := r.sendProbe(k.ip); err != nil {
+				a.log.Error(err, "sending conflict re-check probe failed", "interface", k.iface, "ip", k.ip.String())
+			}
+		}
+	}
 	for k, b := range a.bursts {
 		if b.next.After(now) {
 			if next.IsZero() || b.next.Before(next) {
@@ -642,16 +692,37 @@ func (a *Announcer) sendDue() time.Time {
 	return next
 }
 
-// onConflict is called by the read loops. It reports at most one conflict
-// per IP per ConflictInterval and asks for at most one defensive
-// announcement in the same interval: never a fight in a loop.
+// onConflict is called by the read loops when another MAC claims an owned
+// IP. A claim must persist past ConflictGrace to be reported (see Options);
+// then it is reported at most once per IP per ConflictInterval, with at most
+// one defensive announcement in the same interval: never a fight in a loop.
 func (a *Announcer) onConflict(o *ownedIP, mac [6]byte, iface string) {
 	now := time.Now()
+	grace := a.opts.ConflictGrace
 	a.cmu.Lock()
-	last, seen := a.lastConflict[o.addr]
-	if seen && now.Sub(last) < a.opts.ConflictInterval {
+	if last, ok := a.lastConflict[o.addr]; ok && now.Sub(last) < a.opts.ConflictInterval {
 		a.cmu.Unlock()
 		return
+	}
+	if grace > 0 {
+		first, pending := a.firstSeen[o.addr]
+		if !pending || now.Sub(first) > 2*grace {
+			// A new sighting (or one long after the last, unconfirmed).
+			a.firstSeen[o.addr] = now
+			a.cmu.Unlock()
+			a.log.V(1).Info("another host claims an owned IP; re-checking after the grace period",
+				"ip", o.addr.String(), "otherMAC", net.HardwareAddr(mac[:]).String(), "interface", iface)
+			select {
+			case a.recheckCh <- recheck{burstKey{o.addr, iface}, now.Add(grace)}:
+			default:
+			}
+			return
+		}
+		if now.Sub(first) < grace {
+			a.cmu.Unlock()
+			return
+		}
+		delete(a.firstSeen, o.addr)
 	}
 	a.lastConflict[o.addr] = now
 	a.cmu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/mdlayher/arp"
 	"github.com/mdlayher/ethernet"
@@ -20,8 +21,8 @@ var (
 )
 
 // quiet disables gratuitous bursts so that every frame the responder sends
-// is a reply.
-var quiet = Options{GratuitousCount: -1}
+// is a reply, and the conflict grace so that conflicts are reported at once.
+var quiet = Options{GratuitousCount: -1, ConflictGrace: -1}
 
 func checkReply(t *testing.T, b []byte, ifMAC string, vip netip.Addr) {
 	t.Helper()
@@ -182,7 +183,7 @@ func TestGratuitousStopsOnLoss(t *testing.T) {
 }
 
 func TestConflictDetection(t *testing.T) {
-	n := startTestNet(t, Options{GratuitousCount: -1, ConflictInterval: 1 << 62},
+	n := startTestNet(t, Options{GratuitousCount: -1, ConflictInterval: 1 << 62, ConflictGrace: -1},
 		testLink("eth0", 2, eth0MAC, ""), testLink("eth1", 3, eth1MAC, ""))
 	n.a.SetBalancer("ns/a", []netip.Addr{vip1}, nil)
 	w := n.arpEnd("eth0")
@@ -204,7 +205,7 @@ func TestConflictDetection(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.send(t, foreign)
-	c := <-n.a.Conflicts()
+	c := nextConflict(t, n.a)
 	if c.IP != vip1 || c.MAC.String() != otherMAC.String() || c.Interface != "eth0" || c.Time.IsZero() {
 		t.Fatalf("conflict %+v, want %s at %s on eth0", c, vip1, otherMAC)
 	}
@@ -349,4 +350,65 @@ func TestMetricNames(t *testing.T) {
 	waitFor(t, "gratuitous_sent = 2", func() bool {
 		return testutil.ToFloat64(n.a.metrics.gratuitous.WithLabelValues(vip1.String())) == 2
 	})
+}
+
+// nextConflict waits (with a generous deadline) for a conflict report.
+func nextConflict(t *testing.T, a *Announcer) Conflict {
+	t.Helper()
+	select {
+	case c := <-a.Conflicts():
+		return c
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no conflict reported within 10s")
+		return Conflict{}
+	}
+}
+
+func TestConflictGraceRecheck(t *testing.T) {
+	n := startTestNet(t, Options{GratuitousCount: -1, ConflictGrace: 50 * time.Millisecond},
+		testLink("eth0", 2, eth0MAC, ""))
+	n.a.SetBalancer("ns/a", []netip.Addr{vip1}, nil)
+	w := n.arpEnd("eth0")
+	foreign, err := arpFrameBytes(arp.OperationReply, otherMAC, vip1, clientMAC, clientIP, clientMAC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The previous owner still answers right after the takeover: not
+	// reported yet; one probe re-checks once the grace has passed.
+	w.send(t, foreign)
+	f, p := parseARPWithLib(t, w.next(t))
+	if p.Operation != arp.OperationRequest || p.SenderIP != netip.IPv4Unspecified() || p.TargetIP != vip1 || !slices.Equal(f.Destination, ethernet.Broadcast) {
+		t.Fatalf("want a re-check probe for %s, got eth dst %s %+v", vip1, f.Destination, p)
+	}
+	if len(n.a.Conflicts()) != 0 {
+		t.Fatalf("conflict reported within the grace period")
+	}
+	// The other host is still there and answers the probe: reported.
+	w.send(t, foreign)
+	if c := nextConflict(t, n.a); c.IP != vip1 || c.MAC.String() != otherMAC.String() {
+		t.Fatalf("conflict %+v", c)
+	}
+}
+
+func TestConflictGraceHandoverSilent(t *testing.T) {
+	n := startTestNet(t, Options{GratuitousCount: -1, ConflictGrace: 20 * time.Millisecond},
+		testLink("eth0", 2, eth0MAC, ""))
+	n.a.SetBalancer("ns/a", []netip.Addr{vip1}, nil)
+	w := n.arpEnd("eth0")
+	// The previous owner's last gratuitous ARP, then it lets go.
+	garp, err := gratuitousARP(otherMAC, vip1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.send(t, garp[0])
+	if _, p := parseARPWithLib(t, w.next(t)); p.SenderIP != netip.IPv4Unspecified() || p.TargetIP != vip1 {
+		t.Fatalf("want a re-check probe, got %+v", p)
+	}
+	// Nobody answers the probe; a request is answered as usual, and no
+	// conflict was ever reported.
+	w.send(t, arpRequest(t, vip1, ethernet.Broadcast))
+	checkReply(t, w.next(t), eth0MAC, vip1)
+	if len(n.a.Conflicts()) != 0 {
+		t.Fatalf("handover reported as a conflict: %+v", <-n.a.Conflicts())
+	}
 }

@@ -214,15 +214,28 @@ func multicastMAC(ip netip.Addr) [6]byte {
 // its IPv6 stack would neither receive unicast solicitations nor resolve the
 // requester for us).
 func buildNA(mac net.HardwareAddr, srcIP, dstIP netip.Addr, dstMAC [6]byte, target netip.Addr, solicited, override bool) ([]byte, error) {
-	na := &ndp.NeighborAdvertisement{
+	return buildNDP(mac, srcIP, dstIP, dstMAC, &ndp.NeighborAdvertisement{
 		Solicited:     solicited,
 		Override:      override,
 		TargetAddress: target,
 		Options:       []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Target, Addr: mac}},
-	}
-	body, err := ndp.MarshalMessageChecksum(na, srcIP.WithZone(""), dstIP.WithZone(""))
+	})
+}
+
+// buildDADProbe returns a duplicate address detection solicitation for
+// target (RFC 4862 5.4.2: source ::, to the solicited-node group, no source
+// link-layer option). A host holding target defends it with an advertisement
+// to all nodes.
+func buildDADProbe(mac net.HardwareAddr, target netip.Addr) ([]byte, error) {
+	g := solicitedNodeGroup(target)
+	return buildNDP(mac, netip.IPv6Unspecified(), g, multicastMAC(g), &ndp.NeighborSolicitation{TargetAddress: target})
+}
+
+// buildNDP wraps an NDP message in IPv6 (hop limit 255) and Ethernet.
+func buildNDP(mac net.HardwareAddr, srcIP, dstIP netip.Addr, dstMAC [6]byte, m ndp.Message) ([]byte, error) {
+	body, err := ndp.MarshalMessageChecksum(m, srcIP.WithZone(""), dstIP.WithZone(""))
 	if err != nil {
-		return nil, fmt.Errorf("building neighbor advertisement for %s: %w", target, err)
+		return nil, fmt.Errorf("building %s to %s: %w", m.Type(), dstIP, err)
 	}
 	b := make([]byte, ethHeaderLen+ipv6HeaderLen+len(body))
 	copy(b[0:6], dstMAC[:])

@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/mdlayher/ndp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -148,7 +149,7 @@ func TestNDPConflict(t *testing.T) {
 		Options: []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Target, Addr: otherMAC}},
 	})
 	w.send(t, na)
-	c := <-n.a.Conflicts()
+	c := nextConflict(t, n.a)
 	if c.IP != vip6 || c.MAC.String() != otherMAC.String() || c.Interface != "eth0" {
 		t.Fatalf("conflict %+v, want %s at %s on eth0", c, vip6, otherMAC)
 	}
@@ -167,4 +168,28 @@ func TestBuildNAMatchesLibrary(t *testing.T) {
 		t.Fatalf("parsed %+v", f)
 	}
 	checkNA(t, b, clientMAC, client6, vip6, true, false)
+}
+
+func TestNDPConflictGraceRecheck(t *testing.T) {
+	n := startTestNet(t, Options{GratuitousCount: -1, ConflictGrace: 20 * time.Millisecond}, testLink("eth0", 2, eth0MAC, ll0))
+	n.a.SetBalancer("ns/a", []netip.Addr{vip6}, nil)
+	w := n.ndpEnd("eth0")
+	na := ipv6Frame(t, otherMAC, mustMAC("33:33:00:00:00:01"), vip6, ipv6AllNodes, &ndp.NeighborAdvertisement{
+		Override: true, TargetAddress: vip6,
+		Options: []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Target, Addr: otherMAC}},
+	})
+	w.send(t, na)
+	// The re-check is a duplicate address detection probe.
+	dstMAC, src, dst, hop, m := decodeNDP(t, w.next(t))
+	ns, ok := m.(*ndp.NeighborSolicitation)
+	g := solicitedNodeGroup(vip6)
+	mm := multicastMAC(g)
+	if !ok || ns.TargetAddress != vip6 || len(ns.Options) != 0 || !src.IsUnspecified() || dst != g ||
+		dstMAC.String() != net.HardwareAddr(mm[:]).String() || hop != 255 {
+		t.Fatalf("want a DAD probe for %s to %s, got %T %+v from %s to %s/%s hop %d", vip6, g, m, m, src, dst, dstMAC, hop)
+	}
+	w.send(t, na) // the holder defends: reported
+	if c := nextConflict(t, n.a); c.IP != vip6 || c.MAC.String() != otherMAC.String() {
+		t.Fatalf("conflict %+v", c)
+	}
 }

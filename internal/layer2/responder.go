@@ -382,6 +382,34 @@ func (r *responder) handleNDP(b []byte, f *ndpFrame) {
 // with unsolicited Override advertisements instead.
 const solicitedOverride = false
 
+// sendProbe asks whether anyone else holds ip on this interface without
+// announcing anything: an RFC 5227 ARP probe (sender IP 0.0.0.0) for IPv4, a
+// duplicate-address-detection solicitation (source ::) for IPv6. A holder
+// answers with a reply or a defending advertisement, which the read loops
+// report as a conflict.
+func (r *responder) sendProbe(ip netip.Addr) error {
+	if ip.Is4() {
+		if r.arp == nil {
+			return nil
+		}
+		b, err := arpProbe(r.link.MAC, ip)
+		if err != nil {
+			return err
+		}
+		_, err = r.arp.WriteTo(b, &packet.Addr{HardwareAddr: net.HardwareAddr(broadcastMAC[:])})
+		return err
+	}
+	if r.ndp == nil {
+		return nil
+	}
+	b, err := buildDADProbe(r.link.MAC, ip)
+	if err != nil {
+		return err
+	}
+	_, err = r.ndp.WriteTo(b, &packet.Addr{HardwareAddr: net.HardwareAddr(b[0:6])})
+	return err
+}
+
 // sendGratuitous announces ip on this interface: for IPv4 the optional
 // RFC 5227 probe, then gratuitous request and reply; for IPv6 an unsolicited
 // Override advertisement to all nodes. It returns the number of gratuitous
