@@ -65,28 +65,31 @@ func (r *poolStatusReconciler) setup(mgr manager.Manager) error {
 }
 
 func (r *poolStatusReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	if err := r.state.waitReady(ctx); err != nil {
-		return reconcile.Result{}, err
-	}
 	var pool v1beta1.IPAddressPool
 	if err := r.client.Get(ctx, req.NamespacedName, &pool); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 
 	r.state.mu.Lock()
-	_, inConfig := r.state.cfg.Pools[pool.Name]
+	// Before the first valid configuration (alloc nil) only the condition is
+	// known: the counts are left as they are rather than reported as zero.
+	loaded := r.state.alloc != nil
+	inConfig := false
 	var stats allocator.Stats
-	if inConfig {
+	if loaded {
+		_, inConfig = r.state.cfg.Pools[pool.Name]
 		stats = r.state.alloc.PoolStats(pool.Name)
 	}
 	configErr, problem := r.state.configErr, r.state.poolErrs[pool.Name]
 	r.state.mu.Unlock()
 
 	orig := pool.DeepCopy()
-	pool.Status.AssignedIPv4 = stats.AssignedIPv4
-	pool.Status.AssignedIPv6 = stats.AssignedIPv6
-	pool.Status.AvailableIPv4 = stats.AvailableIPv4
-	pool.Status.AvailableIPv6 = stats.AvailableIPv6
+	if loaded {
+		pool.Status.AssignedIPv4 = stats.AssignedIPv4
+		pool.Status.AssignedIPv6 = stats.AssignedIPv6
+		pool.Status.AvailableIPv4 = stats.AvailableIPv4
+		pool.Status.AvailableIPv6 = stats.AvailableIPv6
+	}
 	meta.SetStatusCondition(&pool.Status.Conditions, readyCondition(&pool, inConfig, configErr, problem))
 	if equality.Semantic.DeepEqual(orig.Status, pool.Status) {
 		return reconcile.Result{}, nil

@@ -55,7 +55,7 @@ func (r *serviceReconciler) setup(mgr manager.Manager, workers int) error {
 // enqueueAll queues every Service that is, or was, a LoadBalancer we may own.
 func (r *serviceReconciler) enqueueAll(q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	var svcs corev1.ServiceList
-	if err := r.state.cache.List(context.Background(), &svcs); err != nil {
+	if err := r.state.cache.List(context.Background(), &svcs, client.UnsafeDisableDeepCopy); err != nil {
 		r.state.log.Error(err, "cannot list services to revisit them after a configuration change")
 		return
 	}

@@ -231,7 +231,8 @@ func (s *state) restoreLocked(ctx context.Context, cfg *config.Config) error {
 		return fmt.Errorf("waiting for the Service cache to sync: %w", ctx.Err())
 	}
 	var svcs corev1.ServiceList
-	if err := s.cache.List(ctx, &svcs); err != nil {
+	// Read-only use: skip the cache's deep copy of every Service of the cluster.
+	if err := s.cache.List(ctx, &svcs, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing Services: %w", err)
 	}
 	items := svcs.Items

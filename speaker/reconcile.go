@@ -145,6 +145,9 @@ type serviceReconciler struct {
 	metrics  *metrics
 	state    *state
 	ready    atomic.Bool
+	// indexed: the cache has the indexService index (always in Run; tests
+	// with a plain client select by labels instead).
+	indexed bool
 
 	ownerMu sync.Mutex
 	owner   *metav1.OwnerReference
@@ -198,6 +201,32 @@ func (r *serviceReconciler) membershipSource() source.Source {
 	})
 }
 
+// indexService indexes EndpointSlices and ServiceL2Status objects by the
+// namespace/name of their Service, so a reconcile finds them without scanning
+// every object (the label selector path is O(objects) per reconcile).
+const indexService = "ironlb.speaker.service"
+
+// setupIndexes registers indexService on the manager's cache.
+func setupIndexes(ctx context.Context, idx client.FieldIndexer) error {
+	if err := idx.IndexField(ctx, &discoveryv1.EndpointSlice{}, indexService, func(o client.Object) []string {
+		if k, ok := serviceKeyFromSlice(o); ok {
+			return []string{k.String()}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("index EndpointSlices by service: %w", err)
+	}
+	if err := idx.IndexField(ctx, &v1beta1.ServiceL2Status{}, indexService, func(o client.Object) []string {
+		if k, ok := serviceKeyFromLabels(o); ok {
+			return []string{k.String()}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("index ServiceL2Status by service: %w", err)
+	}
+	return nil
+}
+
 // snapshot gathers the cluster-wide election inputs from the cache.
 func (r *serviceReconciler) snapshot(ctx context.Context) (Snapshot, error) {
 	cfg, err := r.config(ctx)
@@ -234,10 +263,11 @@ func (r *serviceReconciler) snapshot(ctx context.Context) (Snapshot, error) {
 func (r *serviceReconciler) config(ctx context.Context) (*config.Config, error) {
 	var pools v1beta1.IPAddressPoolList
 	var ads v1beta1.L2AdvertisementList
-	if err := r.List(ctx, &pools, client.InNamespace(r.opts.Namespace)); err != nil {
+	// No deep copies: config.Parse does not modify its arguments.
+	if err := r.List(ctx, &pools, client.InNamespace(r.opts.Namespace), client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list IPAddressPools: %w", err)
 	}
-	if err := r.List(ctx, &ads, client.InNamespace(r.opts.Namespace)); err != nil {
+	if err := r.List(ctx, &ads, client.InNamespace(r.opts.Namespace), client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list L2Advertisements: %w", err)
 	}
 	var b strings.Builder
@@ -291,8 +321,11 @@ func (r *serviceReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	var eps []*discoveryv1.EndpointSlice
 	if svc != nil {
 		var list discoveryv1.EndpointSliceList
-		if err := r.List(ctx, &list, client.InNamespace(req.Namespace),
-			client.MatchingLabels{discoveryv1.LabelServiceName: req.Name}); err != nil {
+		sel := []client.ListOption{client.InNamespace(req.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: req.Name}}
+		if r.indexed {
+			sel = []client.ListOption{client.InNamespace(req.Namespace), client.MatchingFields{indexService: key}}
+		}
+		if err := r.List(ctx, &list, sel...); err != nil {
 			return reconcile.Result{}, fmt.Errorf("list EndpointSlices of %s: %w", key, err)
 		}
 		for i := range list.Items {
@@ -414,10 +447,14 @@ func (r *serviceReconciler) setAnnouncedMetric(key string, old, next []netip.Add
 // syncStatus makes the ServiceL2Status objects of svc match the decision.
 func (r *serviceReconciler) syncStatus(ctx context.Context, key types.NamespacedName, svc *corev1.Service, want Want) error {
 	var list v1beta1.ServiceL2StatusList
-	if err := r.List(ctx, &list, client.InNamespace(r.opts.Namespace), client.MatchingLabels{
+	sel := []client.ListOption{client.InNamespace(r.opts.Namespace), client.MatchingLabels{
 		v1beta1.ServiceL2StatusServiceNameLabel:      key.Name,
 		v1beta1.ServiceL2StatusServiceNamespaceLabel: key.Namespace,
-	}); err != nil {
+	}}
+	if r.indexed {
+		sel = []client.ListOption{client.InNamespace(r.opts.Namespace), client.MatchingFields{indexService: key.String()}}
+	}
+	if err := r.List(ctx, &list, sel...); err != nil {
 		return fmt.Errorf("list ServiceL2Status of %s: %w", key, err)
 	}
 	existing := make([]*v1beta1.ServiceL2Status, 0, len(list.Items))

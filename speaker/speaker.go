@@ -162,8 +162,9 @@ func Run(ctx context.Context, opts Options) error {
 	if err := opts.validate(); err != nil {
 		return fmt.Errorf("speaker options: %w", err)
 	}
+	// The process-wide controller-runtime logger is the caller's to set
+	// (once, in main); the manager gets ours explicitly.
 	log := opts.Logger
-	ctrl.SetLogger(log)
 	cfg := opts.RestConfig
 	if cfg == nil {
 		var err error
@@ -201,6 +202,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
+		Logger:                 log,
 		Cache:                  cacheOpts,
 		Metrics:                metricsOpts,
 		HealthProbeBindAddress: probeAddr,
@@ -271,6 +273,10 @@ func Run(ctx context.Context, opts Options) error {
 	if ml == nil {
 		r.ready.Store(true)
 	}
+	if err := setupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	r.indexed = true
 	if err := r.setup(mgr); err != nil {
 		return err
 	}

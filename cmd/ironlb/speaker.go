@@ -63,6 +63,7 @@ MetalLB speaker Pod spec works unchanged.`,
 				return err
 			}
 			logger := zap.New(zap.Level(lvl))
+			ctrl.SetLogger(logger)
 			o.Logger = logger
 			o.Membership = ml
 			if metricsPort > 0 {

@@ -90,6 +90,17 @@ type Result struct {
 // Candidates returns the nodes that may announce in.Service, in election order.
 // It does not depend on the order of any of its inputs.
 func Candidates(in Input) Result {
+	res := candidates(in)
+	res.Candidates = Rank(in.KeyIP, res.Candidates)
+	if len(res.Candidates) == 0 {
+		res.Candidates = nil
+	}
+	return res
+}
+
+// candidates is Candidates without the ordering (Decide needs only the winner,
+// which is cheaper than sorting every candidate).
+func candidates(in Input) Result {
 	if !HasServingEndpoint(in.EndpointSlices) {
 		return Result{Reason: ReasonNoReadyEndpoints}
 	}
@@ -122,7 +133,6 @@ func Candidates(in Input) Result {
 		}
 		nodes = append(nodes, name)
 	}
-	nodes = Rank(in.KeyIP, nodes)
 	if len(nodes) == 0 {
 		return Result{Reason: ReasonNoCandidates, Advertisements: ads}
 	}
@@ -147,11 +157,8 @@ type Decision struct {
 
 // Decide runs the election for node self.
 func Decide(in Input, self string) Decision {
-	res := Candidates(in)
-	d := Decision{Reason: res.Reason}
-	if len(res.Candidates) > 0 {
-		d.Winner = res.Candidates[0]
-	}
+	res := candidates(in)
+	d := Decision{Reason: res.Reason, Winner: Winner(in.KeyIP, res.Candidates)}
 	if res.Reason != "" {
 		return d
 	}

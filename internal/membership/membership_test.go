@@ -62,7 +62,8 @@ func TestDifferentKeysNeverMeet(t *testing.T) {
 	if n, err := a[0].list.Join([]string{stranger.addr}); err == nil {
 		t.Fatalf("join of a wrong-key peer succeeded (%d reached)", n)
 	}
-	// Also let the rejoin loops of both sides try a few times.
+	// Also let the rejoin loops of both sides try a few times. This asserts an
+	// absence, so it can only wait a bounded time: 5 rejoin rounds.
 	for _, m := range a {
 		m.list.SetPeers([]string{a[0].addr, a[1].addr, stranger.addr})
 	}

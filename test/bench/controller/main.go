@@ -194,6 +194,7 @@ func run(latencyN, bulkN, parallel, metricsPort int, keep, backlog bool) error {
 
 	// 2. Bulk.
 	target := int64(latencyN + bulkN)
+	apiCPU0, etcdCPU0 := cpuTime(childPid("kube-apiserver")), cpuTime(childPid("etcd"))
 	if backlog {
 		if err := ctl.stop(); err != nil {
 			return err
@@ -254,8 +255,10 @@ func run(latencyN, bulkN, parallel, metricsPort int, keep, backlog bool) error {
 	if err := printClientStats(metricsPort); err != nil {
 		return err
 	}
-	fmt.Printf("CPU time so far: controller %s; kube-apiserver %s; etcd %s\n",
-		cpuTime(ctl.cmd.Process.Pid), cpuTime(childPid("kube-apiserver")), cpuTime(childPid("etcd")))
+	apiCPU, etcdCPU := cpuTime(childPid("kube-apiserver"))-apiCPU0, cpuTime(childPid("etcd"))-etcdCPU0
+	fmt.Printf("CPU used during the bulk phase (creates + allocation): controller %s (%s/service); kube-apiserver %s (%s/service); etcd %s\n",
+		cpuTime(ctl.cmd.Process.Pid).Round(10*time.Millisecond), (cpuTime(ctl.cmd.Process.Pid) / time.Duration(bulkN)).Round(10*time.Microsecond),
+		apiCPU.Round(10*time.Millisecond), (apiCPU / time.Duration(bulkN)).Round(10*time.Microsecond), etcdCPU.Round(10*time.Millisecond))
 
 	// 3. Restart.
 	before := w.snapshot()
