@@ -1,0 +1,310 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ironlb/ironlb/api/v1beta1"
+	"github.com/ironlb/ironlb/internal/election"
+)
+
+const excludeLBLabel = "node.kubernetes.io/exclude-from-external-load-balancers"
+
+// TestControllerRestarts restarts the controller Deployment 5 times: no
+// Service's IP changes, and a Service created afterwards gets the next free
+// address (the state was rebuilt from the Services' status).
+func TestControllerRestarts(t *testing.T) {
+	e := requireEnv(t)
+	applyWalkthrough(t, e)
+	dumpOnFailure(t, e, nil)
+	ctx := ctxT(t)
+	snapshot := func() map[string]string {
+		var svcs corev1.ServiceList
+		if err := e.C.List(ctx, &svcs); err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]string{}
+		for _, s := range svcs.Items {
+			if s.Spec.Type == corev1.ServiceTypeLoadBalancer {
+				var ips []string
+				for _, in := range s.Status.LoadBalancer.Ingress {
+					ips = append(ips, in.IP)
+				}
+				m[s.Namespace+"/"+s.Name] = strings.Join(ips, ",")
+			}
+		}
+		return m
+	}
+	before := snapshot()
+	for i := 1; i <= 5; i++ {
+		if out, err := e.kubectl(ctx, "", "rollout", "restart", "deployment/"+Release+"-controller", "-n", Namespace); err != nil {
+			t.Fatalf("restart %d: %v\n%s", i, err, out)
+		}
+		if out, err := e.kubectl(ctx, "", "rollout", "status", "deployment/"+Release+"-controller", "-n", Namespace, "--timeout=3m"); err != nil {
+			t.Fatalf("restart %d: rollout status: %v\n%s", i, err, out)
+		}
+		if after := snapshot(); fmt.Sprint(after) != fmt.Sprint(before) {
+			t.Fatalf("after controller restart %d the Services' IPs changed:\nbefore %v\nafter  %v", i, before, after)
+		}
+	}
+	// A new Service after the restarts gets a free address, not a taken one.
+	taken := map[string]bool{}
+	for _, v := range before {
+		for _, ip := range strings.Split(v, ",") {
+			taken[ip] = true
+		}
+	}
+	e.create(t, lbService("e2e-after-restart", "webpod", ""))
+	ip := e.waitIngressIP(t, "default", "e2e-after-restart")
+	if taken[ip] {
+		t.Errorf("a Service created after the restarts got %s, already held by another Service (%v)", ip, before)
+	}
+	time.Sleep(2 * time.Second)
+	after := snapshot()
+	delete(after, "default/e2e-after-restart")
+	if fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("IPs changed:\nbefore %v\nafter  %v", before, after)
+	}
+}
+
+// TestETPLocal: a Service with externalTrafficPolicy Local is announced only
+// from a node with a ready endpoint, even where the hash would pick another.
+func TestETPLocal(t *testing.T) {
+	e := requireEnv(t)
+	applyWalkthrough(t, e)
+	var watch []string
+	dumpOnFailure(t, e, func() []string { return watch })
+	tp := e.topology(t)
+	podNode := without(tp.nodes, tp.controlPlane)[0]
+	ip, rank := tp.pickIP(t, tp.nodes, func(rank []string) bool { return rank[0] != podNode })
+	watch = []string{podNode, rank[0]}
+	e.create(t, whoamiPod("e2e-local-pod", "e2e-local", podNode))
+	svc := lbService("e2e-local", "e2e-local", ip)
+	svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	e.create(t, svc)
+	e.waitIngressIP(t, "default", "e2e-local")
+	e.waitAnnouncer(t, "default", "e2e-local", podNode)
+	e.waitServing(t, ip)
+	macs, err := e.nodeMACs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitNeighbour(t, ip, podNode, macs)
+	t.Logf("e2e-local (%s): hash winner %s, announced from %s, the only node with an endpoint", ip, rank[0], podNode)
+}
+
+// TestExcludeLBLabel: labelling the announcer
+// node.kubernetes.io/exclude-from-external-load-balancers moves the IP to the
+// next node; removing the label moves it back.
+func TestExcludeLBLabel(t *testing.T) {
+	e := requireEnv(t)
+	applyWalkthrough(t, e)
+	var watch []string
+	dumpOnFailure(t, e, func() []string { return watch })
+	tp := e.topology(t)
+	ip, rank := tp.pickIP(t, tp.nodes, func(rank []string) bool { return rank[0] != tp.controlPlane })
+	first := rank[0]
+	second := election.Winner(ip, without(tp.nodes, first))
+	watch = []string{first, second}
+	e.create(t, lbService("e2e-exclude", "webpod", ip))
+	e.waitIngressIP(t, "default", "e2e-exclude")
+	e.waitAnnouncer(t, "default", "e2e-exclude", first)
+	macs, err := e.nodeMACs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitNeighbour(t, ip, first, macs)
+
+	setLabel := func(on bool) {
+		t.Helper()
+		var n corev1.Node
+		if err := e.C.Get(context.Background(), client.ObjectKey{Name: first}, &n); err != nil {
+			t.Fatal(err)
+		}
+		patch := client.MergeFrom(n.DeepCopy())
+		if on {
+			n.Labels[excludeLBLabel] = ""
+		} else {
+			delete(n.Labels, excludeLBLabel)
+		}
+		if err := e.C.Patch(context.Background(), &n, patch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setLabel(true)
+	t.Cleanup(func() { setLabel(false) })
+	e.waitAnnouncer(t, "default", "e2e-exclude", second)
+	e.waitNeighbour(t, ip, second, macs)
+	e.waitServing(t, ip)
+	setLabel(false)
+	e.waitAnnouncer(t, "default", "e2e-exclude", first)
+	e.waitNeighbour(t, ip, first, macs)
+}
+
+// TestL2AdvertisementNodeSelector: an advertisement with nodeSelectors
+// announces its pool only from the selected node.
+func TestL2AdvertisementNodeSelector(t *testing.T) {
+	e := requireEnv(t)
+	applyWalkthrough(t, e)
+	var watch []string
+	dumpOnFailure(t, e, func() []string { return watch })
+	tp := e.topology(t)
+	selected := without(tp.nodes, tp.controlPlane)[1]
+	// A pool of its own, announced only from the selected node; the address is
+	// one the hash would give to another node.
+	var ip string
+	for i := 10; i < 20; i++ {
+		cand := fmt.Sprintf("172.18.254.%d", i)
+		if election.Winner(cand, tp.nodes) != selected {
+			ip = cand
+			break
+		}
+	}
+	watch = []string{selected, election.Winner(ip, tp.nodes)}
+	pool := &v1beta1.IPAddressPool{
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-selector-pool", Namespace: Namespace},
+		Spec:       v1beta1.IPAddressPoolSpec{Addresses: []string{"172.18.254.10-172.18.254.19"}, AutoAssign: ptr(false)},
+	}
+	adv := &v1beta1.L2Advertisement{
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-selector-adv", Namespace: Namespace},
+		Spec: v1beta1.L2AdvertisementSpec{
+			IPAddressPools: []string{pool.Name},
+			NodeSelectors:  []metav1.LabelSelector{{MatchLabels: map[string]string{"kubernetes.io/hostname": selected}}},
+		},
+	}
+	e.create(t, pool)
+	e.create(t, adv)
+	svc := lbService("e2e-selector", "webpod", ip)
+	svc.Annotations["metallb.io/address-pool"] = pool.Name
+	e.create(t, svc)
+	if got := e.waitIngressIP(t, "default", "e2e-selector"); got != ip {
+		t.Fatalf("e2e-selector got %s, requested %s", got, ip)
+	}
+	e.waitAnnouncer(t, "default", "e2e-selector", selected)
+	e.waitServing(t, ip)
+	macs, err := e.nodeMACs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitNeighbour(t, ip, selected, macs)
+	t.Logf("e2e-selector (%s): hash winner over all nodes %s, announced from the selected %s", ip, election.Winner(ip, tp.nodes), selected)
+}
+
+// TestIPSharing: a TCP and a UDP Service sharing one IP
+// (metallb.io/allow-shared-ip) get it and are announced from one node.
+func TestIPSharing(t *testing.T) {
+	e := requireEnv(t)
+	applyWalkthrough(t, e)
+	var watch []string
+	dumpOnFailure(t, e, func() []string { return watch })
+	tp := e.topology(t)
+	ip, rank := tp.pickIP(t, tp.nodes, func([]string) bool { return true })
+	watch = rank[:1]
+	tcp := lbService("e2e-share-tcp", "webpod", ip)
+	tcp.Annotations["metallb.io/allow-shared-ip"] = "e2e-share"
+	udp := lbService("e2e-share-udp", "webpod", ip)
+	udp.Annotations["metallb.io/allow-shared-ip"] = "e2e-share"
+	udp.Spec.Ports = []corev1.ServicePort{{Name: "dns", Port: 53, TargetPort: intstr.FromInt32(53), Protocol: corev1.ProtocolUDP}}
+	e.create(t, tcp)
+	e.create(t, udp)
+	for _, name := range []string{"e2e-share-tcp", "e2e-share-udp"} {
+		if got := e.waitIngressIP(t, "default", name); got != ip {
+			t.Fatalf("%s got %s, want the shared %s", name, got, ip)
+		}
+	}
+	a := e.waitAnnouncer(t, "default", "e2e-share-tcp", "")
+	b := e.waitAnnouncer(t, "default", "e2e-share-udp", "")
+	if a != b {
+		t.Errorf("the shared IP %s is announced from %s (TCP service) and %s (UDP service), want one node", ip, a, b)
+	}
+	e.waitServing(t, ip)
+	macs, err := e.nodeMACs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitNeighbour(t, ip, a, macs)
+}
+
+// TestOverlappingPoolRejected: the webhook rejects a pool overlapping the
+// walkthrough's, naming both.
+func TestOverlappingPoolRejected(t *testing.T) {
+	e := requireEnv(t)
+	applyWalkthrough(t, e)
+	dumpOnFailure(t, e, nil)
+	ctx := ctxT(t)
+	manifest := `apiVersion: metallb.io/v1beta1
+kind: IPAddressPool
+metadata:
+  name: e2e-overlap
+  namespace: metallb-system
+spec:
+  addresses:
+  - 172.18.255.240-172.18.255.245
+`
+	out, err := e.kubectl(ctx, manifest, "apply", "-f", "-")
+	if err == nil {
+		_, _ = e.kubectl(ctx, "", "delete", "ipaddresspool", "-n", Namespace, "e2e-overlap", "--ignore-not-found")
+		t.Fatalf("an overlapping pool was accepted:\n%s", out)
+	}
+	msg := err.Error()
+	t.Logf("kubectl apply said: %s", msg)
+	for _, want := range []string{"denied the request", "e2e-overlap", "my-ippool", "overlap"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the rejection does not mention %q: %s", want, msg)
+		}
+	}
+}
+
+// TestRequestedIPOutsidePool: a Service requesting an address outside every
+// pool gets a Warning event and stays pending; nothing else changes.
+func TestRequestedIPOutsidePool(t *testing.T) {
+	e := requireEnv(t)
+	ips := applyWalkthrough(t, e)
+	dumpOnFailure(t, e, nil)
+	ctx := ctxT(t)
+	e.create(t, lbService("e2e-outside", "webpod", "172.18.100.1"))
+	var warning string
+	poll(t, time.Minute, "a Warning event on e2e-outside", func() (bool, string) {
+		evs, err := e.serviceEvents(ctx, "default", "e2e-outside", "")
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, ev := range evs {
+			if ev.Type == corev1.EventTypeWarning {
+				warning = ev.Reason + ": " + ev.Message
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d events, none a Warning", len(evs))
+	})
+	t.Logf("event: %s", warning)
+	if !strings.Contains(warning, "172.18.100.1") {
+		t.Errorf("the warning does not name the requested address: %s", warning)
+	}
+	// Still pending a while later, and the walkthrough's IPs are unchanged.
+	time.Sleep(3 * time.Second)
+	if ip, err := e.ingressIP(ctx, "default", "e2e-outside"); err != nil || ip != "" {
+		t.Errorf("e2e-outside: ingress %q (err %v), want pending", ip, err)
+	}
+	for i, s := range walkthroughServices {
+		if ip, _ := e.ingressIP(ctx, "default", s); ip != ips[i] {
+			t.Errorf("%s: IP changed from %s to %s", s, ips[i], ip)
+		}
+	}
+	if nodes, _ := e.announcers(ctx, "default", "e2e-outside"); len(nodes) != 0 {
+		t.Errorf("e2e-outside is announced by %v", nodes)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
