@@ -307,4 +307,3 @@ func TestRequestedIPOutsidePool(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
-
