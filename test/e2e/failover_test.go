@@ -108,7 +108,7 @@ type clientLoop struct {
 
 // startClientLoop starts a curl loop on the client against ip: one request
 // (new connection, 1 s timeout) then sleep interval.
-func (e *Env) startClientLoop(t *testing.T, ip string, interval time.Duration) *clientLoop {
+func (e *Env) startClientLoop(t testing.TB, ip string, interval time.Duration) *clientLoop {
 	t.Helper()
 	l := &clientLoop{e: e, stopFile: fmt.Sprintf("/tmp/ironlb-e2e-stop-%d", time.Now().UnixNano()), probe: e.Probe != ""}
 	if l.probe {
@@ -134,7 +134,7 @@ func (e *Env) startClientLoop(t *testing.T, ip string, interval time.Duration) *
 
 // stop ends the loop and returns total requests, failures and the failed
 // requests' lines.
-func (l *clientLoop) stop(t *testing.T) (total int, failures []string, rate float64) {
+func (l *clientLoop) stop(t testing.TB) (total int, failures []string, rate float64) {
 	t.Helper()
 	if _, err := l.e.Hosts.Run(context.Background(), ClientHost, "touch", l.stopFile); err != nil {
 		t.Fatalf("stopping the client loop: %v", err)

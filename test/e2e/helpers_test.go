@@ -24,7 +24,7 @@ import (
 
 // poll calls cond every second until it returns true or timeout passes; then
 // the test fails with what cond last said.
-func poll(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+func poll(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	last := ""
@@ -44,7 +44,7 @@ func poll(t *testing.T, timeout time.Duration, what string, cond func() (bool, s
 }
 
 // ctxT is a context for one test step.
-func ctxT(t *testing.T) context.Context {
+func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
@@ -53,7 +53,7 @@ func ctxT(t *testing.T) context.Context {
 // dumpOnFailure registers a cleanup that, when the test failed, prints what
 // explains it: nodes, pods, events, ironlb's pod logs, mypc's neighbours and
 // the nat rules of the nodes named by nodes() (the announcers).
-func dumpOnFailure(t *testing.T, e *Env, nodes func() []string) {
+func dumpOnFailure(t testing.TB, e *Env, nodes func() []string) {
 	t.Cleanup(func() {
 		if !t.Failed() {
 			return
@@ -227,7 +227,7 @@ func (e *Env) ingressIP(ctx context.Context, ns, name string) (string, error) {
 }
 
 // waitIngressIP waits for the Service's first ingress IP.
-func (e *Env) waitIngressIP(t *testing.T, ns, name string) string {
+func (e *Env) waitIngressIP(t testing.TB, ns, name string) string {
 	t.Helper()
 	var ip string
 	poll(t, 2*time.Minute, "an ingress IP on service "+ns+"/"+name, func() (bool, string) {
@@ -259,7 +259,7 @@ func (e *Env) announcers(ctx context.Context, ns, name string) ([]string, error)
 
 // waitAnnouncer waits until exactly one ServiceL2Status names the Service and
 // returns its node; if want is not "", it must be that node.
-func (e *Env) waitAnnouncer(t *testing.T, ns, name, want string) string {
+func (e *Env) waitAnnouncer(t testing.TB, ns, name, want string) string {
 	t.Helper()
 	var node string
 	poll(t, 2*time.Minute, fmt.Sprintf("one ServiceL2Status for %s/%s (want node %q)", ns, name, want), func() (bool, string) {

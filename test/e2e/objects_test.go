@@ -36,7 +36,7 @@ func lbService(name, selector, ip string) *corev1.Service {
 }
 
 // create creates obj and deletes it when the test ends.
-func (e *Env) create(t *testing.T, obj client.Object) {
+func (e *Env) create(t testing.TB, obj client.Object) {
 	t.Helper()
 	ctx := context.Background()
 	_ = e.C.Delete(ctx, obj) // a leftover of an interrupted run
@@ -80,7 +80,7 @@ type topology struct {
 	taken        map[string]bool
 }
 
-func (e *Env) topology(t *testing.T) topology {
+func (e *Env) topology(t testing.TB) topology {
 	t.Helper()
 	ctx := context.Background()
 	var nodes corev1.NodeList
@@ -117,7 +117,7 @@ func (e *Env) topology(t *testing.T) topology {
 // pickIP returns a free address of the walkthrough's pool (from the top, so
 // the walkthrough's own first-free allocations are not disturbed) whose
 // election ranking over candidates satisfies ok.
-func (tp topology) pickIP(t *testing.T, candidates []string, ok func(rank []string) bool) (string, []string) {
+func (tp topology) pickIP(t testing.TB, candidates []string, ok func(rank []string) bool) (string, []string) {
 	t.Helper()
 	for i := 50; i >= 3; i-- {
 		ip := poolAddr(i)
@@ -145,7 +145,7 @@ func without(list []string, drop ...string) []string {
 }
 
 // waitServing waits until ip answers from the client.
-func (e *Env) waitServing(t *testing.T, ip string) {
+func (e *Env) waitServing(t testing.TB, ip string) {
 	t.Helper()
 	poll(t, 2*time.Minute, ip+" answering from "+ClientHost, func() (bool, string) {
 		_, ok := e.curlOnce(context.Background(), ip)
@@ -155,7 +155,7 @@ func (e *Env) waitServing(t *testing.T, ip string) {
 
 // waitNeighbour waits until the client's neighbour entry for ip is node's MAC
 // (sending a request first, so that the client resolves it).
-func (e *Env) waitNeighbour(t *testing.T, ip, node string, macs map[string]string) {
+func (e *Env) waitNeighbour(t testing.TB, ip, node string, macs map[string]string) {
 	t.Helper()
 	poll(t, time.Minute, fmt.Sprintf("%s's neighbour entry for %s = %s's MAC %s", ClientHost, ip, node, macs[node]), func() (bool, string) {
 		e.curlOnce(context.Background(), ip)

@@ -25,7 +25,7 @@ var (
 // applyWalkthrough applies examples/walkthrough (idempotent) and waits for the
 // backends to be Ready and the three services to have an IP. Every test that
 // relies on the walkthrough's state calls it, so tests run alone too.
-func applyWalkthrough(t *testing.T, e *Env) (ips []string) {
+func applyWalkthrough(t testing.TB, e *Env) (ips []string) {
 	t.Helper()
 	ctx := ctxT(t)
 	dir := filepath.Join(e.Root, "examples", "walkthrough")
@@ -187,7 +187,7 @@ func trimLines(s string) string {
 // checkKubeProxyChain checks the walkthrough's packet path on node: a
 // KUBE-SERVICES rule for ip/32 jumping to a KUBE-EXT-* chain, which jumps to
 // the service's KUBE-SVC-* chain, which has KUBE-SEP-* endpoints.
-func checkKubeProxyChain(t *testing.T, e *Env, node, ip string) {
+func checkKubeProxyChain(t testing.TB, e *Env, node, ip string) {
 	t.Helper()
 	ctx := context.Background()
 	r, err := e.Hosts.Run(ctx, node, "iptables", "-t", "nat", "-S", "KUBE-SERVICES")

@@ -1,0 +1,236 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ironlb/ironlb/test/e2e/probe"
+)
+
+// BenchmarkFailover measures end-to-end failover in the lab, with kube-proxy in
+// the path, as the external client sees it (docs/benchmarks-e2e.md):
+//
+//   - hard: E2E_FAILOVER_KILLS times (default 20), kill the announcing node
+//     (SIGKILL to all its processes, link down) while mypc sends a request every
+//     20 ms on a new connection; the figure is the time from the kill to the
+//     send time of the first request after it that succeeded. Then the node is
+//     restored and wins its IP back before the next round.
+//   - graceful: E2E_GRACEFUL_RUNS times (default 5), delete the announcing
+//     speaker pod (SIGTERM, the DaemonSet recreates it) while mypc sends 20
+//     requests/s; the figure is the number of failed requests.
+//
+// Run it with -benchtime 1x (one pass of all rounds):
+//
+//	sudo go test -tags e2e ./test/e2e -run '^$' -bench Failover -benchtime 1x -timeout 60m -v
+func BenchmarkFailover(b *testing.B) {
+	e := env
+	if e == nil {
+		b.Skip(skipReason)
+	}
+	if _, ok := e.Hosts.(NodeKiller); !ok {
+		b.Skip("these hosts cannot kill a node (the lab can)")
+	}
+	if e.Probe == "" {
+		b.Skip("no e2e-probe on the client (E2E_PROBE)")
+	}
+	kills := getenvInt("E2E_FAILOVER_KILLS", 20)
+	graceful := getenvInt("E2E_GRACEFUL_RUNS", 5)
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		runFailoverBench(b, e, kills, graceful)
+	}
+}
+
+func runFailoverBench(b *testing.B, e *Env, kills, gracefulRuns int) {
+	var ip, victim string
+	var macs map[string]string
+	func() {
+		bt := testing.TB(b)
+		applyWalkthrough(bt, e)
+		tp := e.topology(bt)
+		var rank []string
+		ip, rank = tp.pickIP(bt, tp.nodes, func(rank []string) bool {
+			return !containsStr(tp.backends, rank[0]) && rank[0] != tp.controlPlane
+		})
+		victim = rank[0]
+		e.create(bt, lbService("e2e-bench", "webpod", ip))
+		e.waitIngressIP(bt, "default", "e2e-bench")
+		e.waitAnnouncer(bt, "default", "e2e-bench", victim)
+		var err error
+		if macs, err = e.nodeMACs(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		e.waitNeighbour(bt, ip, victim, macs)
+	}()
+	killer := e.Hosts.(NodeKiller)
+	ctx := context.Background()
+
+	var gaps []time.Duration
+	var lost []int
+	for i := 0; i < kills; i++ {
+		func() {
+			bt := testing.TB(b)
+			e.waitAnnouncer(bt, "default", "e2e-bench", victim)
+			e.waitNeighbour(bt, ip, victim, macs)
+			e.waitServing(bt, ip)
+			loop := e.startProbe(bt, ip, 20*time.Millisecond)
+			time.Sleep(time.Second)
+			at := time.Now()
+			if err := killer.KillNode(ctx, victim); err != nil {
+				loop.stopRecords(bt)
+				b.Fatal(err)
+			}
+			poll(bt, time.Minute, ip+" answering after the kill", func() (bool, string) {
+				_, ok := e.curlOnce(ctx, ip)
+				return ok, ""
+			})
+			time.Sleep(1500 * time.Millisecond)
+			recs := loop.stopRecords(bt)
+			s := probe.Summarize(recs, at)
+			gaps = append(gaps, s.Recovery)
+			lost = append(lost, s.Failed)
+			newOwner, _ := e.announcers(ctx, "default", "e2e-bench")
+			fmt.Fprintf(os.Stderr, "kill %2d: %s killed, traffic again after %v (%d of %d requests failed, %.1f req/s); ServiceL2Status nodes now %v\n",
+				i+1, victim, s.Recovery.Round(time.Millisecond), s.Failed, s.Total, s.Rate, newOwner)
+			if err := killer.RestoreNode(ctx, victim); err != nil {
+				b.Fatal(err)
+			}
+			poll(bt, 3*time.Minute, "ironlb ready after the restore", func() (bool, string) {
+				why := e.notReady(ctx)
+				return why == "", why
+			})
+		}()
+	}
+
+	var failedGraceful, totalGraceful int
+	var perRun []string
+	for i := 0; i < gracefulRuns; i++ {
+		func() {
+			bt := testing.TB(b)
+			e.waitAnnouncer(bt, "default", "e2e-bench", victim)
+			e.waitNeighbour(bt, ip, victim, macs)
+			pod := speakerPod(bt, e, victim)
+			loop := e.startProbe(bt, ip, 50*time.Millisecond)
+			time.Sleep(time.Second)
+			at := time.Now()
+			if out, err := e.kubectl(ctx, "", "delete", "pod", "-n", Namespace, pod, "--wait=false"); err != nil {
+				loop.stopRecords(bt)
+				b.Fatalf("deleting %s: %v\n%s", pod, err, out)
+			}
+			poll(bt, 3*time.Minute, "ironlb ready after the speaker restart", func() (bool, string) {
+				if p := speakerPodOrEmpty(e, victim); p == "" || p == pod {
+					return false, "old speaker pod still there"
+				}
+				why := e.notReady(ctx)
+				return why == "", why
+			})
+			e.waitAnnouncer(bt, "default", "e2e-bench", victim)
+			time.Sleep(3 * time.Second)
+			recs := loop.stopRecords(bt)
+			s := probe.Summarize(recs, at)
+			failedGraceful += s.Failed
+			totalGraceful += s.Total
+			perRun = append(perRun, fmt.Sprint(s.Failed))
+			fmt.Fprintf(os.Stderr, "graceful %d: deleted %s on %s: %d of %d requests failed (%.1f req/s)\n", i+1, pod, victim, s.Failed, s.Total, s.Rate)
+		}()
+	}
+
+	if len(gaps) > 0 {
+		sorted := append([]time.Duration(nil), gaps...)
+		sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
+		b.ReportMetric(pct(sorted, 50).Seconds(), "hard-p50-s")
+		b.ReportMetric(pct(sorted, 99).Seconds(), "hard-p99-s")
+		b.ReportMetric(float64(len(sorted)), "hard-kills")
+		var ss []string
+		for _, g := range gaps {
+			ss = append(ss, fmt.Sprintf("%.2f", g.Seconds()))
+		}
+		fmt.Fprintf(os.Stderr, "hard kill of the announcer (%s), %d runs: min %v p50 %v p90 %v p99 %v max %v\n  gaps (s): %s\n  failed requests per run: %v\n",
+			victim, len(sorted), sorted[0].Round(time.Millisecond), pct(sorted, 50).Round(time.Millisecond), pct(sorted, 90).Round(time.Millisecond),
+			pct(sorted, 99).Round(time.Millisecond), sorted[len(sorted)-1].Round(time.Millisecond), strings.Join(ss, " "), lost)
+	}
+	if totalGraceful > 0 {
+		b.ReportMetric(float64(failedGraceful), "graceful-failed")
+		b.ReportMetric(float64(totalGraceful), "graceful-requests")
+		fmt.Fprintf(os.Stderr, "graceful (speaker pod deleted) %d runs: %d of %d requests failed (per run: %s)\n", len(perRun), failedGraceful, totalGraceful, strings.Join(perRun, " "))
+	}
+}
+
+// pct returns the p-th percentile (nearest rank) of sorted.
+func pct(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := (p*len(sorted)+99)/100 - 1
+	if i < 0 {
+		i = 0
+	}
+	if i >= len(sorted) {
+		i = len(sorted) - 1
+	}
+	return sorted[i]
+}
+
+func containsStr(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func speakerPodOrEmpty(e *Env, node string) string {
+	var pods corev1.PodList
+	if err := e.C.List(context.Background(), &pods, client.InNamespace(Namespace),
+		client.MatchingLabels{"app.kubernetes.io/component": "speaker"}); err != nil {
+		return ""
+	}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == node && p.DeletionTimestamp == nil {
+			return p.Name
+		}
+	}
+	return ""
+}
+
+func speakerPod(t testing.TB, e *Env, node string) string {
+	t.Helper()
+	p := speakerPodOrEmpty(e, node)
+	if p == "" {
+		t.Fatalf("no speaker pod on %s", node)
+	}
+	return p
+}
+
+// startProbe runs e2e-probe on the client against ip, one request per interval.
+func (e *Env) startProbe(t testing.TB, ip string, interval time.Duration) *clientLoop {
+	t.Helper()
+	if e.Probe == "" {
+		t.Fatal("no e2e-probe on the client")
+	}
+	return e.startClientLoop(t, ip, interval)
+}
+
+// stopRecords stops a probe loop and returns its records.
+func (l *clientLoop) stopRecords(t testing.TB) []probe.Record {
+	t.Helper()
+	if _, err := l.e.Hosts.Run(context.Background(), ClientHost, "touch", l.stopFile); err != nil {
+		t.Fatalf("stopping the client loop: %v", err)
+	}
+	l.wg.Wait()
+	if l.err != nil {
+		t.Fatalf("client loop: %v", l.err)
+	}
+	return probe.Parse(l.res.Stdout)
+}
