@@ -100,8 +100,8 @@ func runFailoverBench(b *testing.B, e *Env, kills, gracefulRuns int) {
 			gaps = append(gaps, s.Recovery)
 			lost = append(lost, s.Failed)
 			newOwner, _ := e.announcers(ctx, "default", "e2e-bench")
-			fmt.Fprintf(os.Stderr, "kill %2d: %s killed, traffic again after %v (%d of %d requests failed, %.1f req/s); ServiceL2Status nodes now %v\n",
-				i+1, victim, s.Recovery.Round(time.Millisecond), s.Failed, s.Total, s.Rate, newOwner)
+			fmt.Fprintf(os.Stderr, "kill %2d: %s killed, traffic again after %v (%d of %d requests failed, failures sent over %v, %.1f req/s); ServiceL2Status nodes now %v\n",
+				i+1, victim, s.Recovery.Round(time.Millisecond), s.Failed, s.Total, s.FailWindow.Round(time.Millisecond), s.Rate, newOwner)
 			if err := killer.RestoreNode(ctx, victim); err != nil {
 				b.Fatal(err)
 			}

@@ -149,30 +149,35 @@ func Parse(s string) []Record {
 // Summary describes a run around one disruption at time At.
 type Summary struct {
 	Total, Failed int
-	// Recovery is the time from At to the send time of the first request sent
-	// after At that succeeded, when a request sent after At failed; 0
-	// otherwise (nothing was lost).
+	// Recovery is the time from At to the send time of the first successful
+	// request sent after the last failed one: when traffic flowed again for
+	// good. 0 when no request failed.
 	Recovery time.Duration
+	// FailWindow is the time between the first and the last failed request's
+	// send times (plus nothing: one failure gives 0).
+	FailWindow time.Duration
 	// Rate is requests per second over the run.
 	Rate float64
 }
 
-// Summarize computes a Summary of recs for a disruption at at.
+// Summarize computes a Summary of recs (in send order) for a disruption at at.
 func Summarize(recs []Record, at time.Time) Summary {
 	var s Summary
 	s.Total = len(recs)
-	var firstFailAfter bool
+	var firstFail, lastFail time.Time
 	for _, r := range recs {
 		if !r.OK {
 			s.Failed++
-			if !r.Sent.Before(at) || r.Sent.Add(r.Latency).After(at) {
-				firstFailAfter = true
+			if firstFail.IsZero() {
+				firstFail = r.Sent
 			}
+			lastFail = r.Sent
 		}
 	}
-	if firstFailAfter {
+	if s.Failed > 0 {
+		s.FailWindow = lastFail.Sub(firstFail)
 		for _, r := range recs {
-			if r.OK && r.Sent.After(at) {
+			if r.OK && r.Sent.After(lastFail) {
 				s.Recovery = r.Sent.Sub(at)
 				break
 			}
