@@ -90,6 +90,10 @@ test-unit: ## Run the Go tests (envtest suites use the API server in ./bin).
 test-e2e: build lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Run the e2e suite (root): brings the lab up, installs the chart, runs test/e2e, tears the lab down.
 	go test -tags e2e ./test/e2e -count=1 -v -timeout 20m $(E2E_FLAGS)
 
+.PHONY: bench-failover
+bench-failover: build lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Failover figures in the lab (root): hard kills (E2E_FAILOVER_KILLS=20) and graceful speaker restarts (E2E_GRACEFUL_RUNS=5) (docs/benchmarks-e2e.md).
+	go test -tags e2e ./test/e2e -run '^$$' -bench Failover -benchtime 1x -timeout 60m -v
+
 .PHONY: bench-controller
 bench-controller: ## Benchmark the controller on envtest: create->IP latency, 10,000 Services, restart (docs/benchmarks.md).
 	go run ./test/bench/controller
