@@ -139,9 +139,23 @@ echo
 echo "\$ kubectl get servicel2statuses -n $NS   (which node announces each service)"
 "${KUBECTL[@]}" get servicel2statuses -n "$NS" \
 	-o custom-columns='NAME:.metadata.name,SERVICE:.status.serviceName,NAMESPACE:.status.serviceNamespace,NODE:.status.node,INTERFACES:.status.interfaces[*].name'
+
+# Tie it together: the MAC mypc learned for each IP, the node owning that MAC, and the node
+# ServiceL2Status names. They agree when exactly one node answers ARP for the IP.
+declare -A NODE_OF_MAC
+for node in $("${KUBECTL[@]}" get nodes -o jsonpath='{.items[*].metadata.name}'); do
+	mac=$("$LAB" exec "$node" -- cat /sys/class/net/eth0/address 2>/dev/null || true)
+	[ -n "$mac" ] && NODE_OF_MAC[$mac]=$node
+done
 echo
-echo "\$ kubectl get nodes -o wide   (node IPs; the lab's node MACs are 02:42:ac:12:00:<last octet in hex>)"
-"${KUBECTL[@]}" get nodes -o wide
+printf '%-8s %-16s %-19s %-22s %s\n' SERVICE EXTERNAL-IP "MAC (mypc's ARP)" "NODE WITH THAT MAC" "ANNOUNCER (ServiceL2Status)"
+for i in "${!SERVICES[@]}"; do
+	s=${SERVICES[$i]} ip=${IPS[$i]}
+	mac=$("$LAB" exec mypc -- ip neigh show to "$ip" | grep -o 'lladdr [0-9a-f:]*' | cut -d' ' -f2 || true)
+	ann=$("${KUBECTL[@]}" get servicel2statuses -n "$NS" -l "metallb.io/service-name=$s,metallb.io/service-namespace=default" \
+		-o jsonpath='{.items[*].status.node}')
+	printf '%-8s %-16s %-19s %-22s %s\n' "$s" "$ip" "${mac:-?}" "${NODE_OF_MAC[${mac:-none}]:-?}" "${ann:-?}"
+done
 
 cat <<EOF
 
