@@ -31,7 +31,10 @@ const (
 // namespaces the selectors are only checked for syntax. L2Advertisements naming a
 // pool that does not exist are accepted (the name is ignored), as in MetalLB.
 //
-// Parse does not modify its arguments and returns a nil Config with the error.
+// Of two overlapping entries, the later one in input order is blamed ("overlaps
+// with already defined CIDR ..."): pass objects oldest first for the most useful
+// message. Parse does not modify its arguments and returns a nil Config with the
+// error.
 func Parse(pools []v1beta1.IPAddressPool, ads []v1beta1.L2Advertisement, namespaces []corev1.Namespace) (*Config, error) {
 	cfg := &Config{Pools: make(map[string]*Pool, len(pools))}
 	var all []error
@@ -173,12 +176,16 @@ func parseServiceAllocation(e *errs, sa *v1beta1.ServiceAllocation, namespaces [
 // (in input order) and naming both entries and both pools. Sorting by first address
 // makes it O(n log n + pairs): only entries starting inside a range can overlap it.
 func overlaps(entries []addressEntry) []error {
-	sorted := slices.Clone(entries)
-	slices.SortFunc(sorted, func(a, b addressEntry) int {
-		if c := a.r.First.Compare(b.r.First); c != 0 {
+	// Sort indices, not entries: moving pointer-free ints is much cheaper.
+	sorted := make([]int, len(entries))
+	for i := range sorted {
+		sorted[i] = i
+	}
+	slices.SortFunc(sorted, func(a, b int) int {
+		if c := entries[a].r.First.Compare(entries[b].r.First); c != 0 {
 			return c
 		}
-		return cmp.Compare(a.order, b.order)
+		return cmp.Compare(entries[a].order, entries[b].order)
 	})
 	type finding struct {
 		order int
@@ -186,9 +193,9 @@ func overlaps(entries []addressEntry) []error {
 	}
 	var found []finding
 	for i := range sorted {
-		a := &sorted[i]
+		a := &entries[sorted[i]]
 		for j := i + 1; j < len(sorted); j++ {
-			b := &sorted[j]
+			b := &entries[sorted[j]]
 			if !a.r.Overlaps(b.r) {
 				break // b starts after a ends (or is of the next family): so do all later ones.
 			}
@@ -235,6 +242,9 @@ func parseL2Advertisement(src *v1beta1.L2Advertisement, poolLabels map[string]la
 	}
 	poolSelectors := parseSelectors(e, "spec.ipAddressPoolSelectors", src.Spec.IPAddressPoolSelectors)
 	for name, set := range poolLabels {
+		if len(poolSelectors) == 0 {
+			break
+		}
 		for _, sel := range poolSelectors {
 			if sel.Matches(set) {
 				ad.Pools.Insert(name)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -254,8 +255,21 @@ func TestWebhooks(t *testing.T) {
 	t.Run("bad range rejected", func(t *testing.T) {
 		mustReject(t, "bad range", c.Create(ctx, pool(installNS, "backwards", "172.18.0.9-172.18.0.1")),
 			`IPAddressPool "backwards": spec.addresses[0]: invalid IP range "172.18.0.9-172.18.0.1": start IP "172.18.0.9" is after the end IP "172.18.0.1"`)
-		mustReject(t, "bad CIDR", c.Create(ctx, pool(installNS, "badcidr", "10.9.0.0/24", "10.9.1.0/33")),
-			`IPAddressPool "badcidr": spec.addresses[1]: invalid CIDR "10.9.1.0/33"`)
+	})
+
+	t.Run("CRD validation rejects malformed entries before the webhook", func(t *testing.T) {
+		for _, bad := range []string{"10.9.1.0/33", "banana", "10.9.1.1", "10.9.1.1-2001:db8::1", "fe80::1%eth0/64"} {
+			mustReject(t, "entry "+bad, c.Create(ctx, pool(installNS, "malformed", "10.9.0.0/24", bad)),
+				"spec.addresses[1]", "must be a CIDR such as 192.168.10.0/24 or a range of one family")
+		}
+		// What the schema accepts, the parser must accept too (same net/netip rules).
+		ok := pool(installNS, "wellformed", " 10.9.0.0/24 ", "10.9.1.1 - 10.9.1.5", "2001:db8:9::/120")
+		if err := c.Create(ctx, ok); err != nil {
+			t.Fatalf("well-formed entries: %v", err)
+		}
+		if err := c.Delete(ctx, ok); err != nil {
+			t.Fatal(err)
+		}
 	})
 
 	t.Run("objects outside the install namespace rejected", func(t *testing.T) {
@@ -368,6 +382,7 @@ func TestWebhooks(t *testing.T) {
 			t.Errorf("kubectl get l2advertisements:\n%q\nwant:\n%q", ads, wantAds)
 		}
 		wide := run("get", "ipaddresspools", "-n", installNS, "-o", "wide")
+		t.Logf("kubectl get ipaddresspools:\n%s\nkubectl get l2advertisements:\n%s\nkubectl get ipaddresspools -o wide:\n%s", pools, ads, wide)
 		if !strings.Contains(strings.SplitN(wide, "\n", 2)[0], "ASSIGNED IPV4   AVAILABLE IPV4   ASSIGNED IPV6   AVAILABLE IPV6") {
 			t.Errorf("kubectl get ipaddresspools -o wide lacks the usage columns:\n%s", wide)
 		}
@@ -380,6 +395,43 @@ func TestWebhooks(t *testing.T) {
 		out := run("explain", "ipaddresspools.spec.addresses")
 		if !strings.Contains(out, "start-end") {
 			t.Errorf("kubectl explain ipaddresspools.spec.addresses is not documented:\n%s", out)
+		}
+	})
+
+	// Last, as it removes the webhook configuration: objects stored before the
+	// webhook existed may already conflict; that must not block unrelated changes.
+	t.Run("problems only in other objects are warnings", func(t *testing.T) {
+		var vwc admissionregistrationv1.ValidatingWebhookConfiguration
+		if err := c.Get(ctx, client.ObjectKey{Name: webhook.DefaultWebhookConfigurationName}, &vwc); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Delete(ctx, &vwc); err != nil {
+			t.Fatal(err)
+		}
+		// Creation times have one-second resolution: make "legacy" visibly newer.
+		var first v1beta1.IPAddressPool
+		if err := c.Get(ctx, client.ObjectKeyFromObject(walkPool), &first); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Until(first.CreationTimestamp.Add(1100 * time.Millisecond)))
+		if err := c.Create(ctx, pool(installNS, "legacy", "172.18.255.250/32")); err != nil {
+			t.Fatalf("without the webhook: %v", err)
+		}
+		v := &webhook.Validator{Reader: c, Namespace: installNS}
+		warnings, err := v.ValidatePool(ctx, pool(installNS, "unrelated", "10.50.0.0/24"))
+		if err != nil {
+			t.Errorf("an unrelated pool was rejected for another object's problem: %v", err)
+		}
+		if len(warnings) != 1 || !strings.Contains(warnings[0], `CIDR "172.18.255.250/32" in pool "legacy" overlaps`) {
+			t.Errorf("warnings = %q, want one naming the legacy overlap", warnings)
+		}
+		// Updating the conflicting pool itself is rejected until it is fixed.
+		_, err = v.ValidatePool(ctx, pool(installNS, "legacy", "172.18.255.250/32", "10.51.0.0/24"))
+		if err == nil || !strings.Contains(err.Error(), `pool "legacy" overlaps with already defined CIDR "172.18.255.200-172.18.255.250" in pool "my-ippool"`) {
+			t.Errorf("updating the conflicting pool: %v", err)
+		}
+		if _, err := v.ValidatePool(ctx, pool(installNS, "legacy", "10.51.0.0/24")); err != nil {
+			t.Errorf("fixing the conflicting pool was rejected: %v", err)
 		}
 	})
 }

@@ -12,7 +12,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -127,11 +129,22 @@ func (v *Validator) list(ctx context.Context) ([]v1beta1.IPAddressPool, []v1beta
 	if err := v.Reader.List(ctx, &ads, client.InNamespace(v.Namespace)); err != nil {
 		return nil, nil, fmt.Errorf("listing L2Advertisements in %s: %w", v.Namespace, err)
 	}
+	// Oldest first, so a conflict between two stored objects is blamed on the newer.
+	slices.SortStableFunc(pools.Items, func(a, b v1beta1.IPAddressPool) int { return olderFirst(&a.ObjectMeta, &b.ObjectMeta) })
+	slices.SortStableFunc(ads.Items, func(a, b v1beta1.L2Advertisement) int { return olderFirst(&a.ObjectMeta, &b.ObjectMeta) })
 	return pools.Items, ads.Items, nil
 }
 
+func olderFirst(a, b *metav1.ObjectMeta) int {
+	if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Name, b.Name)
+}
+
 // replace drops the item named like obj and appends obj, so obj is parsed last and
-// an overlap is blamed on it rather than on the object that was there first.
+// an overlap is blamed on it rather than on the object that was there first (Parse
+// blames the later of two conflicting entries, in input order).
 func replace[T any](items []T, obj *T, name func(*T) string) []T {
 	n := name(obj)
 	items = slices.DeleteFunc(items, func(it T) bool { return name(&it) == n })
