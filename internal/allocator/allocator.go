@@ -102,24 +102,38 @@ func New(cfg map[string]*config.Pool) *Allocator {
 // Pool ranges must not overlap (config.Parse guarantees it).
 func (a *Allocator) SetPools(pools map[string]*config.Pool) (lost []string) {
 	next := map[string]*poolState{}
-	var spans []*span
+	var all []*span
 	for name, cfg := range pools {
 		if cfg == nil {
 			continue
 		}
 		p := &poolState{name: name, cfg: cfg}
+		next[name] = p
 		for _, r := range cfg.Ranges {
-			if !r.First.IsValid() || !r.Last.IsValid() || r.First.Is4() != r.Last.Is4() || r.Last.Less(r.First) {
+			f, l := r.First.Unmap(), r.Last.Unmap()
+			if !f.IsValid() || !l.IsValid() || f.Is4() != l.Is4() || l.Less(f) {
 				continue // config.Parse rejects these; never trust them here
 			}
-			s := newSpan(p, config.Range{First: r.First.Unmap(), Last: r.Last.Unmap()}, cfg.AvoidBuggyIPs && r.First.Is4())
-			p.spans = append(p.spans, s)
-			spans = append(spans, s)
+			all = append(all, newSpan(p, config.Range{First: f, Last: l}, cfg.AvoidBuggyIPs && f.Is4()))
 		}
-		slices.SortFunc(p.spans, func(x, y *span) int { return x.first.Compare(y.first) })
-		next[name] = p
 	}
-	slices.SortFunc(spans, func(x, y *span) int { return x.first.Compare(y.first) })
+	// Sorted by first address (IPv4 before IPv6). An overlapping range, which
+	// config.Parse rejects, is skipped rather than allowed to hand out one
+	// address twice; the tie-break on pool name keeps the choice stable.
+	slices.SortFunc(all, func(x, y *span) int {
+		if c := x.first.Compare(y.first); c != 0 {
+			return c
+		}
+		return strings.Compare(x.pool.name, y.pool.name)
+	})
+	var spans []*span
+	for _, s := range all {
+		if n := len(spans); n > 0 && spans[n-1].v4 == s.v4 && !spans[n-1].last.Less(s.first) {
+			continue
+		}
+		spans = append(spans, s)
+		s.pool.spans = append(s.pool.spans, s) // stays sorted
+	}
 
 	probe := &Allocator{pools: next, spans: spans}
 	for _, key := range slices.Sorted(maps.Keys(a.allocs)) {

@@ -480,7 +480,6 @@ func TestStatsSaturate(t *testing.T) {
 	a := New(pools(
 		mkPool(t, "big4", []string{"10.0.0.0/8"}),
 		mkPool(t, "v6", []string{"fd00::/64", "fd01::/120"}),
-		mkPool(t, "all6", []string{"::/0"}),
 	))
 	if _, _, err := a.Allocate("ns/s", Request{Families: v6, Pool: "v6"}); err != nil {
 		t.Fatal(err)
@@ -491,16 +490,40 @@ func TestStatsSaturate(t *testing.T) {
 	if s := a.PoolStats("v6"); s.AvailableIPv6 != math.MaxInt64 || s.AssignedIPv6 != 1 {
 		t.Fatalf("v6 %+v, want saturated available", s)
 	}
-	if s := a.PoolStats("all6"); s.AvailableIPv6 != math.MaxInt64 {
-		t.Fatalf("all6 %+v", s)
-	}
 	if s := a.PoolStats("nope"); s != (Stats{}) {
 		t.Fatalf("unknown pool %+v", s)
+	}
+	a = New(pools(mkPool(t, "all6", []string{"::/0"})))
+	if s := a.PoolStats("all6"); s.AvailableIPv6 != math.MaxInt64 {
+		t.Fatalf("all6 %+v", s)
 	}
 	ips, _, err := a.Allocate("ns/t", Request{Families: v6, Pool: "all6"})
 	if err != nil || ips[0] != netip.MustParseAddr("::") {
 		t.Fatalf("::/0 first address: %v %v", ips, err)
 	}
+}
+
+// Overlapping ranges are rejected by config.Parse; if they ever reach the
+// allocator, the later one (by address, then pool name) is ignored so no
+// address can be handed out twice.
+func TestOverlappingRangesIgnored(t *testing.T) {
+	a := New(pools(
+		mkPool(t, "a", []string{"10.0.0.0/30"}),
+		mkPool(t, "b", []string{"10.0.0.2-10.0.0.9"}),
+		mkPool(t, "c", []string{"10.0.0.0/30"}),
+	))
+	if s := a.PoolStats("a"); s.AvailableIPv4 != 4 {
+		t.Fatalf("a: %+v", s)
+	}
+	for _, p := range []string{"b", "c"} {
+		if s := a.PoolStats(p); s != (Stats{}) {
+			t.Fatalf("%s: %+v, want its overlapping range ignored", p, s)
+		}
+	}
+	if _, err := a.Assign("ns/x", Request{}, addrs("10.0.0.5")); reason(err) != ReasonIPNotInPool {
+		t.Fatalf("got %v", err)
+	}
+	checkInvariants(t, a, false)
 }
 
 // An IPv6 range ending at the top of the address space must not wrap.
