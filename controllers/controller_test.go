@@ -384,3 +384,39 @@ func TestLeaderElectionTwoReplicas(t *testing.T) {
 		t.Errorf("lease %s has no holder", controllers.LeaderElectionID)
 	}
 }
+
+// A configuration that is invalid from the start is never used: nothing is
+// allocated, the metric says no configuration is loaded, the pool's condition says
+// why; fixing it starts allocation.
+func TestInvalidConfigAtStart(t *testing.T) {
+	h := newHarness(t)
+	h.pool("a", "172.18.255.200-172.18.255.250")
+	h.pool("b", "172.18.255.250/32")
+	h.start()
+	h.create(h.service("svc", nil))
+	// The parser reports the overlap on one of the two pools; the condition of
+	// that one must say so, the other one is simply not loaded.
+	h.eventually("a pool Ready=False Invalid naming the overlap", func() (bool, string) {
+		var why []string
+		for _, name := range []string{"a", "b"} {
+			var p v1beta1.IPAddressPool
+			if err := k8s.Get(h.ctx, client.ObjectKey{Namespace: h.installNS, Name: name}, &p); err != nil {
+				return false, err.Error()
+			}
+			c := meta.FindStatusCondition(p.Status.Conditions, controllers.ConditionReady)
+			if c != nil && c.Status == metav1.ConditionFalse && c.Reason == controllers.ReasonInvalid && strings.Contains(c.Message, "overlaps") {
+				return true, ""
+			}
+			why = append(why, fmt.Sprintf("%s: %+v", name, c))
+		}
+		return false, strings.Join(why, "; ")
+	})
+	if got := ingress(h.get("svc")); len(got) != 0 {
+		t.Errorf("svc status = %v while no configuration is loaded, want none", got)
+	}
+	if err := k8s.Delete(h.ctx, &v1beta1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Namespace: h.installNS, Name: "b"}}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitIPs("svc", "172.18.255.200")
+	h.waitPoolStatus("a", 1, 50, 0, 0)
+}

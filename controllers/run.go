@@ -109,6 +109,12 @@ type Options struct {
 	Logger logr.Logger
 }
 
+// Leader election and the authenticated metrics endpoint. (The Lease lives in the
+// install namespace; a chart may narrow this rule to a Role there.)
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+
 // Scheme returns the types the controller reads and writes.
 func Scheme() *runtime.Scheme {
 	s := runtime.NewScheme()

@@ -118,7 +118,7 @@ func (r *serviceReconciler) reconcile(ctx context.Context, req reconcile.Request
 	}
 
 	// Decide under the lock; write afterwards.
-	req2, warnings, parseErr := allocator.ParseService(&svc)
+	want, warnings, parseErr := allocator.ParseService(&svc)
 	for _, w := range warnings {
 		r.events.emit(key, &svc, corev1.EventTypeWarning, w.Reason, "Parse", w.Message)
 	}
@@ -133,7 +133,7 @@ func (r *serviceReconciler) reconcile(ctx context.Context, req reconcile.Request
 
 	r.state.mu.Lock()
 	_, prevPool, _ := r.state.alloc.Allocation(key)
-	_, _, allocErr := r.state.alloc.Allocate(key, req2)
+	_, _, allocErr := r.state.alloc.Allocate(key, want)
 	ips, pool, has := r.state.alloc.Allocation(key)
 	touched := poolsOf(prevPool, pool)
 	for _, p := range touched {

@@ -303,6 +303,12 @@ func (r *serviceReconciler) config(ctx context.Context) (*config.Config, error) 
 
 // Reconcile decides for one Service and applies the decision.
 func (r *serviceReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	if ctx.Err() != nil {
+		// Shutting down: our own memberlist leave must not withdraw the IPs;
+		// keep answering until the announcer stops after the leave, so
+		// clients always get an answer from the old or the new owner.
+		return reconcile.Result{}, nil
+	}
 	if !r.ready.Load() {
 		// Electing with only ourselves as member would make every speaker
 		// announce everything for a moment at start-up.

@@ -101,6 +101,11 @@ type Options struct {
 	// Membership timings; zero fields take membership.DefaultOptions.
 	Membership membership.Options
 
+	// LeaveGrace: on shutdown, how long to keep answering ARP/NDP after the
+	// memberlist leave, while the new owner takes over. Default 0 here;
+	// the command sets 500ms.
+	LeaveGrace time.Duration
+
 	// Layer2 configures the announcer (GARP count and spacing, refresh,
 	// excluded interfaces, test seams). Registerer and NodeName are set here.
 	Layer2 layer2.Options
@@ -307,9 +312,15 @@ func Run(ctx context.Context, opts Options) error {
 	mgrErr := mgr.Start(ctx)
 
 	// Shutdown order: the memberlist leave started when ctx ended; wait for
-	// it so peers have taken over before this node stops answering.
+	// it, then keep answering for LeaveGrace so the new owner has taken over
+	// (and sent its gratuitous ARP) before this node goes quiet: clients
+	// always get an answer from one of the two.
 	if ml != nil {
 		<-ml.Done()
+		if opts.LeaveGrace > 0 {
+			log.Info("left memberlist; still answering during the leave grace", "leaveGrace", opts.LeaveGrace)
+			time.Sleep(opts.LeaveGrace)
+		}
 	}
 	stopAnn()
 	if err := <-annDone; err != nil && !errors.Is(err, context.Canceled) {

@@ -140,6 +140,9 @@ MetalLB speaker Pod spec works unchanged.`,
 	f.DurationVar(&ml.LeaveTimeout, "ml-leave-timeout", ml.LeaveTimeout,
 		"on SIGTERM, wait at most this long for the memberlist leave to reach peers (they take over at once)")
 
+	f.DurationVar(&o.LeaveGrace, "leave-grace", 500*time.Millisecond,
+		"on SIGTERM, keep answering ARP/NDP this long after leaving the memberlist, so the new owner has taken over before this node goes quiet (pod terminationGracePeriodSeconds must cover ml-leave-timeout + this + a few seconds)")
+
 	// layer 2
 	f.IntVar(&l2.GratuitousCount, "garp-count", 5,
 		"gratuitous ARP / unsolicited NA bursts sent when this node takes over an IP (first at once); negative: none")
