@@ -486,9 +486,24 @@ func (r *containerRunner) execIn(ctx context.Context, cmd []string) error {
 		return errors.New("empty command")
 	}
 	r.mu.Lock()
-	env, binds := r.execEnv, r.binds
+	env, binds, proc := r.execEnv, r.binds, r.proc
 	r.mu.Unlock()
-	c := r.w.command(binds, r.spec.WorkingDir, cmd[0], cmd[1:])
+	var c *exec.Cmd
+	if proc != nil {
+		// Join the running container's mount, network and UTS namespaces:
+		// nsenter is a small C program, far cheaper than starting pod-exec
+		// (a Go binary with client-go) on a loaded machine, where probe
+		// timeouts are a second.
+		wd := r.spec.WorkingDir
+		if wd == "" {
+			wd = "/"
+		}
+		args := append([]string{"-t", strconv.Itoa(proc.Pid), "-m", "-n", "-u", "--wd=" + wd, "--"}, cmd...)
+		c = exec.Command("nsenter", args...)
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	} else {
+		c = r.w.command(binds, r.spec.WorkingDir, cmd[0], cmd[1:])
+	}
 	c.Env = env
 	var out strings.Builder
 	c.Stdout, c.Stderr = &out, &out

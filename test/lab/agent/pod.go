@@ -41,6 +41,7 @@ type podWorker struct {
 	mains       []*containerRunner
 	tokens      map[string]cachedToken
 	statusFinal bool // no more status updates (the pod is being removed)
+	lastWritten *corev1.PodStatus
 }
 
 func newPodWorker(a *Agent, pod *corev1.Pod) *podWorker {
@@ -414,13 +415,21 @@ func (w *podWorker) syncStatus(ctx context.Context, final bool) bool {
 	pods := w.a.client.CoreV1().Pods(pod.Namespace)
 	for attempt := 0; attempt < 5; attempt++ {
 		st := w.computeStatus(pod, time.Now())
-		if apiequality.Semantic.DeepEqual(st, pod.Status) {
+		// The informer's copy may predate our last write: skip only when the
+		// status matches both.
+		w.mu.Lock()
+		last := w.lastWritten
+		w.mu.Unlock()
+		if apiequality.Semantic.DeepEqual(st, pod.Status) && (last == nil || apiequality.Semantic.DeepEqual(st, *last)) {
 			return true
 		}
 		upd := pod.DeepCopy()
 		upd.Status = st
-		_, err := pods.UpdateStatus(ctx, upd, metav1.UpdateOptions{})
+		res, err := pods.UpdateStatus(ctx, upd, metav1.UpdateOptions{})
 		if err == nil {
+			w.mu.Lock()
+			w.lastWritten = res.Status.DeepCopy()
+			w.mu.Unlock()
 			return true
 		}
 		if apierrors.IsNotFound(err) || ctx.Err() != nil {
