@@ -55,8 +55,13 @@ func TestSmoke(t *testing.T) {
 	labBin := filepath.Join(root, "bin", "lab")
 	run(t, root, "go", "build", "-o", labBin, "./test/lab/cmd/lab")
 
+	// LAB_PROXY_MODE=nftables runs the same test with kube-proxy in nftables mode.
+	mode := os.Getenv("LAB_PROXY_MODE")
+	if mode == "" {
+		mode = labctl.ProxyIptables
+	}
 	start := time.Now()
-	upOut, upErr := command(root, labBin, "up")
+	upOut, upErr := command(root, labBin, "up", "--proxy-mode", mode)
 	t.Logf("lab up (%.1fs):\n%s", time.Since(start).Seconds(), upOut)
 
 	var client kubernetes.Interface
@@ -180,7 +185,7 @@ func TestSmoke(t *testing.T) {
 	})
 	t.Run("ClusterIPFromPod", func(t *testing.T) {
 		// The pod's own namespace is the agent's ilb-p-* namespace holding its IP.
-		ns := podNamespace(t, ctx, pods[0].Status.PodIP)
+		ns := podNamespace(t, ctx, l, pods[0].Status.PodIP)
 		url := fmt.Sprintf("http://%s/", clusterIP.Spec.ClusterIP)
 		pollHostname(t, ctx, l, ns, url)
 	})
@@ -189,17 +194,38 @@ func TestSmoke(t *testing.T) {
 		url := fmt.Sprintf("http://%s:%d/", worker.IP, nodePort.Spec.Ports[0].NodePort)
 		pollHostname(t, ctx, l, labnet.ClientName, url)
 	})
-	t.Run("KubeProxyChains", func(t *testing.T) {
-		for _, n := range topo.Nodes() {
-			out, err := command(root, "ip", "netns", "exec", n.NS(), "iptables", "-w", "-t", "nat", "-S", "KUBE-SERVICES")
-			if err != nil {
-				t.Errorf("node %s has no KUBE-SERVICES chain: %v\n%s", n.Name, err, out)
-				continue
-			}
-			if !strings.Contains(out, "lab-smoke-clusterip") {
-				t.Errorf("node %s: KUBE-SERVICES has no rule for the smoke Service:\n%s", n.Name, out)
-			}
+	t.Run("KubeProxyRules", func(t *testing.T) {
+		// iptables: KUBE-SERVICES has a rule commented with the Service's name; nftables:
+		// the service-ips map has its ClusterIP.
+		list, want := labctl.KubeProxyRulesCommand(mode), smokeNS+"/lab-smoke-clusterip"
+		if mode == labctl.ProxyNftables {
+			list, want = []string{"nft", "list", "map", "ip", "kube-proxy", "service-ips"}, clusterIP.Spec.ClusterIP+" "
 		}
+		for _, n := range topo.Nodes() {
+			poll(t, ctx, 30*time.Second, fmt.Sprintf("kube-proxy rules for the smoke Service on %s", n.Name), func() (bool, string) {
+				out, err := command(root, "ip", append([]string{"netns", "exec", n.NS()}, list...)...)
+				return err == nil && strings.Contains(out, want), out
+			})
+		}
+	})
+	t.Run("SecondUpReportsRunningLab", func(t *testing.T) {
+		out, err := command(root, labBin, "up", "--proxy-mode", mode)
+		if err != nil || !strings.Contains(out, "already running") {
+			t.Errorf("second lab up: %v\n%s", err, out)
+		}
+	})
+	t.Run("KillAndRestoreNode", func(t *testing.T) {
+		node, _ := topo.Host("myk8s-worker3")
+		run(t, root, labBin, "kill-node", node.Name)
+		if pids, _ := labnet.NSPids(ctx, node.NS()); len(pids) > 0 {
+			t.Errorf("processes left in %s after kill-node: %v", node.NS(), pids)
+		}
+		if out, _ := labnet.IP(ctx, "-n", node.NS(), "-br", "link", "show", "eth0"); !strings.Contains(out, "DOWN") {
+			t.Errorf("eth0 of %s after kill-node: %s", node.Name, out)
+		}
+		run(t, root, labBin, "restore-node", node.Name)
+		url := fmt.Sprintf("http://%s:%d/", node.IP, nodePort.Spec.Ports[0].NodePort)
+		pollHostname(t, ctx, l, labnet.ClientName, url)
 	})
 	if t.Failed() {
 		return
@@ -207,10 +233,19 @@ func TestSmoke(t *testing.T) {
 
 	// Everything the lab runs, to check that down leaves no process behind.
 	labPids := labProcesses(t, ctx, l)
+	podNSs := l.PodNamespaces(ctx)
+	if len(podNSs) < 2 {
+		t.Errorf("found %d pod namespaces of the lab (%v), want at least the 2 whoami pods'", len(podNSs), podNSs)
+	}
 	down(false)
 	t.Run("DownLeavesNothing", func(t *testing.T) {
 		if nss, _ := labnet.LabNamespaces(ctx); len(nss) > 0 {
 			t.Errorf("namespaces left: %v", nss)
+		}
+		for _, ns := range podNSs {
+			if labnet.NSExists(ns) {
+				t.Errorf("pod namespace %s left", ns)
+			}
 		}
 		if links, _ := labnet.RootLinks(ctx); len(links) > 0 {
 			t.Errorf("links left in the root namespace: %v", links)
@@ -240,16 +275,10 @@ func pollHostname(t *testing.T, ctx context.Context, l *labctl.Lab, host, url st
 }
 
 // podNamespace finds the pod network namespace that holds ip.
-func podNamespace(t *testing.T, ctx context.Context, ip string) string {
+func podNamespace(t *testing.T, ctx context.Context, l *labctl.Lab, ip string) string {
 	t.Helper()
-	nss, err := labnet.LabNamespaces(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nss := l.PodNamespaces(ctx)
 	for _, ns := range nss {
-		if !strings.HasPrefix(ns, "ilb-p-") {
-			continue
-		}
 		out, _ := labnet.IP(ctx, "-n", ns, "-br", "addr")
 		if strings.Contains(out, " "+ip+"/") {
 			return ns
@@ -272,7 +301,7 @@ func labProcesses(t *testing.T, ctx context.Context, l *labctl.Lab) []int {
 		}
 	}
 	nss, _ := labnet.LabNamespaces(ctx)
-	for _, ns := range nss {
+	for _, ns := range append(nss, l.PodNamespaces(ctx)...) {
 		p, _ := labnet.NSPids(ctx, ns)
 		pids = append(pids, p...)
 	}

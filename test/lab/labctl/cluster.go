@@ -182,8 +182,6 @@ func (l *Lab) controlPlaneProcs(t *labnet.Topology) []Proc {
 			"--v=1"}},
 		{Name: "kube-controller-manager", NS: ns, Args: []string{l.bin("kube-controller-manager"),
 			"--kubeconfig=" + l.pki("kube-controller-manager.kubeconfig"),
-			"--authentication-kubeconfig=" + l.pki("kube-controller-manager.kubeconfig"),
-			"--authorization-kubeconfig=" + l.pki("kube-controller-manager.kubeconfig"),
 			"--bind-address=127.0.0.1", "--leader-elect=false",
 			"--controllers=*,bootstrapsigner,tokencleaner",
 			"--use-service-account-credentials=true",
@@ -196,14 +194,16 @@ func (l *Lab) controlPlaneProcs(t *labnet.Topology) []Proc {
 			"--v=1"}},
 		{Name: "kube-scheduler", NS: ns, Args: []string{l.bin("kube-scheduler"),
 			"--kubeconfig=" + l.pki("kube-scheduler.kubeconfig"),
-			"--authentication-kubeconfig=" + l.pki("kube-scheduler.kubeconfig"),
-			"--authorization-kubeconfig=" + l.pki("kube-scheduler.kubeconfig"),
 			"--bind-address=127.0.0.1", "--leader-elect=false", "--profiling=false", "--v=1"}},
 	}
 }
 
-// nodeProcs are a node's kube-proxy and node agent.
+// nodeProcs are a node's kube-proxy (in the recorded proxy mode) and node agent.
 func (l *Lab) nodeProcs(n labnet.Host) []Proc {
+	mode := ProxyIptables
+	if st, _ := l.ReadState(); st != nil && st.ProxyMode != "" {
+		mode = st.ProxyMode
+	}
 	ns := n.NS()
 	agent := []string{l.bin("lab-agent"),
 		"--node-name", n.Name, "--node-ip", n.IP.String(), "--pod-cidr", n.PodCIDR.String(),
@@ -218,7 +218,7 @@ func (l *Lab) nodeProcs(n labnet.Host) []Proc {
 			"--hostname-override=" + n.Name,
 			// The node IP, so kube-proxy need not wait for the agent to register the Node.
 			"--bind-address=" + n.IP.String(),
-			"--proxy-mode=iptables",
+			"--proxy-mode=" + mode,
 			"--cluster-cidr=" + labnet.PodSubnet.String(),
 			// The global conntrack table size is not writable from a namespace.
 			"--conntrack-max-per-core=0",

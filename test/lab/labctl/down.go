@@ -10,7 +10,9 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/ironlb/ironlb/test/lab/agent"
 	"github.com/ironlb/ironlb/test/lab/labnet"
 )
 
@@ -20,6 +22,8 @@ type DownOptions struct {
 	KeepLogs bool
 	// Quiet prints nothing unless something fails.
 	Quiet bool
+	// Force removes the lab even when another checkout's lab owns it (see Owner).
+	Force bool
 }
 
 // Down removes the lab: it kills every process in the lab's namespaces, the processes recorded
@@ -32,10 +36,14 @@ func (l *Lab) Down(ctx context.Context, opts DownOptions) error {
 			l.printf(format, args...)
 		}
 	}
+	if other := l.otherOwner(ctx); other != "" && !opts.Force {
+		return errOtherOwner(other, "not removing it from here")
+	}
 	nss, err := labnet.LabNamespaces(ctx)
 	if err != nil {
 		return err
 	}
+	nss = append(l.PodNamespaces(ctx), nss...)
 
 	// Processes: pid files first (a process keeps its namespace alive even once the name is
 	// gone), then everything inside a lab namespace, then all their descendants (pod
@@ -92,6 +100,7 @@ func (l *Lab) Down(ctx context.Context, opts DownOptions) error {
 		report("deleted links: %s\n", strings.Join(links, " "))
 	}
 
+	l.releaseOwner(opts.Force)
 	removed, err := l.removeState(opts.KeepLogs)
 	if err != nil {
 		failed = append(failed, err.Error())
@@ -110,6 +119,34 @@ func (l *Lab) Down(ctx context.Context, opts DownOptions) error {
 		report("no lab found: nothing to remove\n")
 	}
 	return nil
+}
+
+// PodNamespaces returns the existing pod namespaces of this lab: those whose veth is in one of
+// its node namespaces, and those its agents' state records (pods/<uid>), which still finds
+// them when a node namespace is already gone. Pod namespaces of agents outside the lab (their
+// own tests) are never included, although they are named alike.
+func (l *Lab) PodNamespaces(ctx context.Context) []string {
+	set := map[string]bool{}
+	hosts, _ := labnet.LabNamespaces(ctx)
+	for _, ns := range hosts {
+		veths, _ := labnet.Links(ctx, ns, func(n string) bool { return labnet.PodNSOfVeth(n) != "" })
+		for _, v := range veths {
+			set[labnet.PodNSOfVeth(v)] = true
+		}
+	}
+	dirs, _ := filepath.Glob(filepath.Join(l.StateDir(), "node-*", "pods", "*"))
+	for _, d := range dirs {
+		ns, _ := agent.PodNetNames(types.UID(filepath.Base(d)))
+		set[ns] = true
+	}
+	var out []string
+	for ns := range set {
+		if labnet.IsPodNS(ns) && labnet.NSExists(ns) {
+			out = append(out, ns)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // nsOrder sorts pod namespaces before host namespaces before the switch.

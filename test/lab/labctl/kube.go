@@ -190,3 +190,19 @@ func containerState(s corev1.ContainerState) string {
 	}
 	return "unknown"
 }
+
+// waitDefaultServiceAccount polls until the service-account controller has created
+// default/default: until then every pod created in "default" is refused.
+func waitDefaultServiceAccount(ctx context.Context, c kubernetes.Interface) error {
+	for {
+		_, err := c.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(ctx, "default", metav1.GetOptions{})
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("service account default/default not created (is kube-controller-manager running?): %w", err)
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}

@@ -27,6 +27,12 @@ const ModulePath = "github.com/ironlb/ironlb"
 // DefaultWorkers is the walkthrough's worker count.
 const DefaultWorkers = 3
 
+// kube-proxy modes the lab runs.
+const (
+	ProxyIptables = "iptables"
+	ProxyNftables = "nftables"
+)
+
 // Lab is the lab of one repository checkout.
 type Lab struct {
 	// Root is the repository root; binaries are in Root/bin, state in Root/.lab.
@@ -93,6 +99,7 @@ func (l *Lab) statePath() string { return filepath.Join(l.StateDir(), "state.jso
 // State is what a running lab records about itself in .lab/state.json.
 type State struct {
 	Workers     int       `json:"workers"`
+	ProxyMode   string    `json:"proxyMode"`
 	ForwardAddr string    `json:"forwardAddr"`
 	StartedAt   time.Time `json:"startedAt"`
 	// Ready is set once the whole lab came up; a state without it is a crashed bring-up.

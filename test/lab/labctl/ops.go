@@ -18,10 +18,18 @@ import (
 	"github.com/ironlb/ironlb/test/lab/labnet"
 )
 
-// hostNS resolves a host name (mypc, a node name, or a lab namespace name) to its namespace.
+// hostNS resolves a host name (mypc, a node name, a lab namespace name or one of the lab's
+// pod namespaces) to its namespace.
 func (l *Lab) hostNS(host string) (string, error) {
 	if labnet.IsLabNS(host) && labnet.NSExists(host) {
 		return host, nil
+	}
+	if labnet.IsPodNS(host) {
+		for _, ns := range l.PodNamespaces(context.Background()) {
+			if ns == host {
+				return ns, nil
+			}
+		}
 	}
 	ns := labnet.NSPrefix + host
 	if labnet.IsLabNS(ns) && labnet.NSExists(ns) {
@@ -194,6 +202,10 @@ func (l *Lab) Status(ctx context.Context) error {
 		return err
 	}
 	nss, _ := labnet.LabNamespaces(ctx)
+	if other := l.otherOwner(ctx); other != "" {
+		l.printf("The lab on this machine belongs to the checkout %s: run `bin/lab status` there.\n", other)
+		return nil
+	}
 	if st == nil && len(nss) == 0 {
 		l.printf("No lab is running. Start one with `make lab-up`.\n")
 		return nil

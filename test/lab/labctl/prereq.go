@@ -14,12 +14,14 @@ import (
 // aptPrograms maps each program the lab (or a test on a lab host) needs to its Debian package.
 var aptPrograms = map[string]string{
 	"ip":        "iproute2",
+	"nsenter":   "util-linux",
 	"iptables":  "iptables",
 	"conntrack": "conntrack",
 	"curl":      "curl",
 	"arping":    "arping",
 	"ndisc6":    "ndisc6",
 	"tcpdump":   "tcpdump",
+	"nft":       "nftables",
 }
 
 // KubeBinaries are built by `make tools` from the pinned Kubernetes module.
@@ -94,6 +96,9 @@ func (l *Lab) BuildPrograms(ctx context.Context, onlyPresent bool) error {
 		}
 		args = append(args, p.pkg)
 		names = append(names, "bin/"+p.name)
+	}
+	if err := os.MkdirAll(l.BinDir(), 0o755); err != nil {
+		return err
 	}
 	done := l.step("building %s", strings.Join(names, ", "))
 	cmd := exec.CommandContext(ctx, "go", args...)

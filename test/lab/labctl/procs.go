@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/ironlb/ironlb/test/lab/labnet"
 )
 
 // Proc is a long-running lab process: a control-plane component, a node's kube-proxy or agent,
@@ -45,8 +47,11 @@ func (l *Lab) start(p Proc) (int, error) {
 	defer logf.Close()
 	args := p.Args
 	if p.NS != "" {
-		// `ip netns exec` execs the program, so the pid we record is the program's own.
-		args = append([]string{"ip", "netns", "exec", p.NS}, args...)
+		// nsenter switches only the network namespace and execs the program, so the pid we
+		// record is the program's own. Not `ip netns exec`: it also unshares the mount
+		// namespace, and the pod namespaces the agent then creates (bind mounts under
+		// /run/netns) would be invisible to everyone else.
+		args = append([]string{"nsenter", "--net=" + filepath.Join(labnet.NetnsDir, p.NS), "--"}, args...)
 	}
 	fmt.Fprintf(logf, "==== %s lab: starting %s\n", time.Now().UTC().Format(time.RFC3339), strings.Join(args, " "))
 	cmd := exec.Command(args[0], args[1:]...)
@@ -60,6 +65,8 @@ func (l *Lab) start(p Proc) (int, error) {
 	}
 	pid := cmd.Process.Pid
 	// Reap it if it dies while we are still running, so it never lingers as a zombie of ours.
+	// This goroutine needs no context: it ends when the process does, or with the (short-lived)
+	// lab command, after which init adopts the daemon.
 	go func() { _ = cmd.Wait() }()
 	// The start time (which exec does not change) guards against a recycled pid later.
 	rec := fmt.Sprintf("%d %d\n", pid, startTime(pid))

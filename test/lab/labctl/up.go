@@ -23,6 +23,9 @@ type UpOptions struct {
 	// NoAgent starts no node agents: only the network and the control plane come up and no
 	// node registers. For debugging the lab itself.
 	NoAgent bool
+	// ProxyMode is kube-proxy's mode: ProxyIptables (default, as the walkthrough) or
+	// ProxyNftables.
+	ProxyMode string
 	// NodesTimeout bounds the wait for every node to be Ready (default 90 s).
 	NodesTimeout time.Duration
 }
@@ -33,6 +36,13 @@ func (l *Lab) Up(ctx context.Context, opts UpOptions) error {
 	start := time.Now()
 	if opts.NodesTimeout == 0 {
 		opts.NodesTimeout = 90 * time.Second
+	}
+	switch opts.ProxyMode {
+	case "":
+		opts.ProxyMode = ProxyIptables
+	case ProxyIptables, ProxyNftables:
+	default:
+		return fmt.Errorf("kube-proxy mode %q: the lab runs %q or %q", opts.ProxyMode, ProxyIptables, ProxyNftables)
 	}
 	topo, err := labnet.New(opts.Workers)
 	if err != nil {
@@ -45,6 +55,9 @@ func (l *Lab) Up(ctx context.Context, opts UpOptions) error {
 		return err
 	}
 
+	if other := l.otherOwner(ctx); other != "" {
+		return errOtherOwner(other, "not starting a second one")
+	}
 	st, err := l.ReadState()
 	if err != nil {
 		return err
@@ -52,8 +65,9 @@ func (l *Lab) Up(ctx context.Context, opts UpOptions) error {
 	if st != nil && st.Ready {
 		herr := l.Healthy(ctx)
 		if herr == nil {
-			if st.Workers != opts.Workers {
-				return fmt.Errorf("a lab with %d workers is running; run `make lab-down` (or `bin/lab down`) first to start one with %d", st.Workers, opts.Workers)
+			if st.Workers != opts.Workers || (st.ProxyMode != "" && st.ProxyMode != opts.ProxyMode) {
+				return fmt.Errorf("a lab with %d workers and kube-proxy in %s mode is running; run `make lab-down` (or `bin/lab down`) first to start one with %d workers in %s mode",
+					st.Workers, st.ProxyMode, opts.Workers, opts.ProxyMode)
 			}
 			l.printf("The lab is already running (since %s).\n\n", st.StartedAt.Local().Format(time.Kitchen))
 			return l.Status(ctx)
@@ -73,6 +87,9 @@ func (l *Lab) Up(ctx context.Context, opts UpOptions) error {
 	}
 
 	if err := l.BuildPrograms(ctx, opts.NoAgent); err != nil {
+		return err
+	}
+	if err := l.claimOwner(); err != nil {
 		return err
 	}
 	if err := l.up(ctx, topo, opts); err != nil {
@@ -109,7 +126,7 @@ func (l *Lab) up(ctx context.Context, topo *labnet.Topology, opts UpOptions) err
 		lis.Close()
 		return err
 	}
-	state := &State{Workers: opts.Workers, ForwardAddr: lis.Addr().String(), StartedAt: time.Now()}
+	state := &State{Workers: opts.Workers, ProxyMode: opts.ProxyMode, ForwardAddr: lis.Addr().String(), StartedAt: time.Now()}
 	if err := l.writeState(state); err != nil {
 		lis.Close()
 		return err
@@ -182,8 +199,17 @@ func (l *Lab) up(ctx context.Context, topo *labnet.Topology, opts UpOptions) err
 		done()
 	}
 
-	done = l.step("waiting for kube-proxy's KUBE-SERVICES chain on every node")
-	if err := waitKubeProxyChains(ctx, topo); err != nil {
+	done = l.step("waiting for the default service account")
+	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	err = waitDefaultServiceAccount(sctx, client)
+	cancel()
+	if err != nil {
+		return err
+	}
+	done()
+
+	done = l.step("waiting for kube-proxy's service rules (%s) on every node", opts.ProxyMode)
+	if err := waitKubeProxyRules(ctx, topo, opts.ProxyMode); err != nil {
 		return err
 	}
 	done()
@@ -344,17 +370,29 @@ func checkIptables(ctx context.Context, ns string) error {
 	return nil
 }
 
-// waitKubeProxyChains polls until every node's nat table has KUBE-SERVICES.
-func waitKubeProxyChains(ctx context.Context, topo *labnet.Topology) error {
+// KubeProxyRulesCommand is the command that lists kube-proxy's service dispatch on a node:
+// the KUBE-SERVICES chain in iptables mode, the services chain of table ip kube-proxy in
+// nftables mode. It fails until kube-proxy has synced once.
+func KubeProxyRulesCommand(mode string) []string {
+	if mode == ProxyNftables {
+		return []string{"nft", "list", "chain", "ip", "kube-proxy", "services"}
+	}
+	return []string{"iptables", "-w", "-t", "nat", "-S", "KUBE-SERVICES"}
+}
+
+// waitKubeProxyRules polls until every node has kube-proxy's service dispatch.
+func waitKubeProxyRules(ctx context.Context, topo *labnet.Topology, mode string) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for _, n := range topo.Nodes() {
 		for {
-			err := exec.CommandContext(ctx, "ip", "netns", "exec", n.NS(), "iptables", "-w", "-t", "nat", "-n", "-L", "KUBE-SERVICES").Run()
+			args := append([]string{"netns", "exec", n.NS()}, KubeProxyRulesCommand(mode)...)
+			err := exec.CommandContext(ctx, "ip", args...).Run()
 			if err == nil {
 				break
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("kube-proxy on %s has not created KUBE-SERVICES after 60s (see .lab/logs/kube-proxy-%s.log)", n.Name, n.Name)
+				return fmt.Errorf("kube-proxy on %s has not programmed its service rules after 60s (`%s` fails; see .lab/logs/kube-proxy-%s.log)",
+					n.Name, strings.Join(KubeProxyRulesCommand(mode), " "), n.Name)
 			}
 			select {
 			case <-ctx.Done():

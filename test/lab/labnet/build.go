@@ -9,13 +9,13 @@ import (
 // Build creates the switch, every host namespace and its wiring. It expects none of the
 // topology's namespaces to exist (the caller tears a half-built lab down first).
 func (t *Topology) Build(ctx context.Context) error {
-	if _, err := IP(ctx, "netns", "add", SwitchNS); err != nil {
+	if _, err := IP(ctx, "netns", "add", t.SwitchNS()); err != nil {
 		return err
 	}
 	steps := [][]string{
-		{"-n", SwitchNS, "link", "set", "lo", "up"},
-		{"-n", SwitchNS, "link", "add", Bridge, "type", "bridge"},
-		{"-n", SwitchNS, "link", "set", Bridge, "up"},
+		{"-n", t.SwitchNS(), "link", "set", "lo", "up"},
+		{"-n", t.SwitchNS(), "link", "add", Bridge, "type", "bridge"},
+		{"-n", t.SwitchNS(), "link", "set", Bridge, "up"},
 	}
 	if err := ipAll(ctx, steps); err != nil {
 		return err
@@ -24,7 +24,7 @@ func (t *Topology) Build(ctx context.Context) error {
 	// is loaded on this host): the switch is a plain L2 switch. Best effort, the knob is
 	// per-namespace only on recent kernels.
 	for _, k := range []string{"net.bridge.bridge-nf-call-iptables", "net.bridge.bridge-nf-call-ip6tables", "net.bridge.bridge-nf-call-arptables"} {
-		_ = Sysctl(SwitchNS, k, "0")
+		_ = Sysctl(t.SwitchNS(), k, "0")
 	}
 	for _, h := range t.Hosts {
 		if err := t.buildHost(ctx, h); err != nil {
@@ -42,8 +42,8 @@ func (t *Topology) buildHost(ctx context.Context, h Host) error {
 	// Create the veth inside the switch namespace with its other end directly in the host
 	// namespace: no lab link ever appears in the root namespace.
 	if err := ipAll(ctx, [][]string{
-		{"-n", SwitchNS, "link", "add", h.SwitchPort(), "type", "veth", "peer", "name", HostIf, "netns", ns},
-		{"-n", SwitchNS, "link", "set", h.SwitchPort(), "master", Bridge, "up"},
+		{"-n", t.SwitchNS(), "link", "add", h.SwitchPort(), "type", "veth", "peer", "name", HostIf, "netns", ns},
+		{"-n", t.SwitchNS(), "link", "set", h.SwitchPort(), "master", Bridge, "up"},
 		{"-n", ns, "link", "set", "lo", "up"},
 		{"-n", ns, "link", "set", HostIf, "address", h.MAC},
 	}); err != nil {
@@ -74,11 +74,15 @@ func (t *Topology) buildHost(ctx context.Context, h Host) error {
 func (t *Topology) ConnectHost(ctx context.Context, h Host) error {
 	ns := h.NS()
 	steps := [][]string{
-		{"-n", SwitchNS, "link", "set", h.SwitchPort(), "up"},
+		{"-n", t.SwitchNS(), "link", "set", h.SwitchPort(), "up"},
 		{"-n", ns, "link", "set", HostIf, "up"},
 		{"-n", ns, "addr", "replace", fmt.Sprintf("%s/%d", h.IP, ClusterPrefixLen), "dev", HostIf},
 	}
 	if h.Node {
+		// A locally generated packet needs a route before kube-proxy's OUTPUT rules DNAT it;
+		// with no default route (none is needed otherwise) ClusterIPs would be unreachable
+		// from the node itself and its hostNetwork pods.
+		steps = append(steps, []string{"-n", ns, "route", "replace", ServiceSubnet.String(), "dev", HostIf})
 		// Direct routing: every node reaches the other nodes' pod CIDRs through their node IP.
 		for _, o := range t.Nodes() {
 			if o.Name == h.Name {
@@ -94,15 +98,15 @@ func (t *Topology) ConnectHost(ctx context.Context, h Host) error {
 func (t *Topology) DisconnectHost(ctx context.Context, h Host) error {
 	return ipAll(ctx, [][]string{
 		{"-n", h.NS(), "link", "set", HostIf, "down"},
-		{"-n", SwitchNS, "link", "set", h.SwitchPort(), "down"},
+		{"-n", t.SwitchNS(), "link", "set", h.SwitchPort(), "down"},
 	})
 }
 
 // Check verifies that every namespace of the topology exists and each host's eth0 is up.
 func (t *Topology) Check(ctx context.Context) error {
 	var missing []string
-	if !NSExists(SwitchNS) {
-		missing = append(missing, SwitchNS)
+	if !NSExists(t.SwitchNS()) {
+		missing = append(missing, t.SwitchNS())
 	}
 	for _, h := range t.Hosts {
 		if !NSExists(h.NS()) {
@@ -121,8 +125,15 @@ func (t *Topology) Check(ctx context.Context) error {
 }
 
 // RootLinks returns links in the root namespace that the lab may have left behind.
-func RootLinks(ctx context.Context) ([]string, error) {
-	out, err := IP(ctx, "-o", "link", "show")
+func RootLinks(ctx context.Context) ([]string, error) { return Links(ctx, "", IsLabLink) }
+
+// Links returns the names of the links in a namespace ("" = the current one) that match.
+func Links(ctx context.Context, ns string, match func(string) bool) ([]string, error) {
+	args := []string{"-o", "link", "show"}
+	if ns != "" {
+		args = append([]string{"-n", ns}, args...)
+	}
+	out, err := IP(ctx, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +147,7 @@ func RootLinks(ctx context.Context) ([]string, error) {
 		if i := strings.Index(name, "@"); i >= 0 {
 			name = name[:i]
 		}
-		if IsLabLink(name) {
+		if match(name) {
 			links = append(links, name)
 		}
 	}

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"net/netip"
 	"os"
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"golang.org/x/sys/unix"
 )
 
@@ -78,7 +78,7 @@ func DialInNS(ctx context.Context, ns string, addr netip.AddrPort) (net.Conn, er
 type Forwarder struct {
 	NS     string
 	Target netip.AddrPort
-	Log    *log.Logger
+	Log    logr.Logger
 }
 
 // Serve accepts on l until ctx is done, then closes l and waits for open relays to end.
@@ -119,9 +119,7 @@ func (f *Forwarder) relay(ctx context.Context, c net.Conn) {
 	up, err := DialInNS(dctx, f.NS, f.Target)
 	cancel()
 	if err != nil {
-		if f.Log != nil {
-			f.Log.Printf("relay from %s: %v", c.RemoteAddr(), err)
-		}
+		f.Log.Error(err, "Relaying a connection failed", "client", c.RemoteAddr().String(), "netns", f.NS, "target", f.Target.String())
 		return
 	}
 	defer up.Close()

@@ -64,10 +64,12 @@ type Host struct {
 	Node bool
 	// ControlPlane is true for the control-plane node.
 	ControlPlane bool
+
+	nsPrefix string
 }
 
 // NS is the host's network namespace name.
-func (h Host) NS() string { return NSPrefix + h.Name }
+func (h Host) NS() string { return h.nsPrefix + h.Name }
 
 // SwitchPort is the name of the host's veth end in the switch namespace.
 func (h Host) SwitchPort() string { return fmt.Sprintf("ilbp%d", h.IP.As4()[3]) }
@@ -75,15 +77,21 @@ func (h Host) SwitchPort() string { return fmt.Sprintf("ilbp%d", h.IP.As4()[3]) 
 // Topology is the set of hosts of one lab.
 type Topology struct {
 	Hosts []Host
+	// Prefix prefixes the namespace names (NSPrefix for the lab).
+	Prefix string
 }
 
-// New returns the topology with a control plane, the given number of workers and mypc.
+// New returns the lab's topology: a control plane, the given number of workers and mypc.
 // Workers are named like kind's: myk8s-worker, myk8s-worker2, myk8s-worker3, ...
-func New(workers int) (*Topology, error) {
+func New(workers int) (*Topology, error) { return NewWithPrefix(workers, NSPrefix) }
+
+// NewWithPrefix returns the same topology with other namespace names (prefix + host name,
+// prefix + "sw"), so a test can build one next to a running lab.
+func NewWithPrefix(workers int, prefix string) (*Topology, error) {
 	if workers < 0 || workers > MaxWorkers {
 		return nil, fmt.Errorf("worker count %d: must be between 0 and %d", workers, MaxWorkers)
 	}
-	t := &Topology{}
+	t := &Topology{Prefix: prefix}
 	for i := 0; i <= workers; i++ {
 		name := ControlPlaneName
 		if i == 1 {
@@ -91,14 +99,18 @@ func New(workers int) (*Topology, error) {
 		} else if i > 1 {
 			name = fmt.Sprintf("myk8s-worker%d", i)
 		}
-		t.Hosts = append(t.Hosts, newHost(name, byte(i+2), netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 10, byte(i), 0}), 24), i == 0))
+		t.Hosts = append(t.Hosts, newHost(prefix, name, byte(i+2), netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 10, byte(i), 0}), 24), i == 0))
 	}
-	t.Hosts = append(t.Hosts, newHost(ClientName, ClientIP.As4()[3], netip.Prefix{}, false))
+	t.Hosts = append(t.Hosts, newHost(prefix, ClientName, ClientIP.As4()[3], netip.Prefix{}, false))
 	return t, nil
 }
 
-func newHost(name string, last byte, podCIDR netip.Prefix, cp bool) Host {
+// SwitchNS is the namespace holding the bridge.
+func (t *Topology) SwitchNS() string { return t.Prefix + "sw" }
+
+func newHost(prefix, name string, last byte, podCIDR netip.Prefix, cp bool) Host {
 	return Host{
+		nsPrefix:     prefix,
 		Name:         name,
 		IP:           netip.AddrFrom4([4]byte{172, 18, 0, last}),
 		MAC:          fmt.Sprintf("02:42:ac:12:00:%02x", last),
@@ -121,7 +133,7 @@ func (t *Topology) Nodes() []Host {
 
 // Host returns the host with the given name; "ilb-" in front of it is accepted too.
 func (t *Topology) Host(name string) (Host, bool) {
-	name = strings.TrimPrefix(name, NSPrefix)
+	name = strings.TrimPrefix(name, t.Prefix)
 	for _, h := range t.Hosts {
 		if h.Name == name {
 			return h, true
@@ -133,17 +145,35 @@ func (t *Topology) Host(name string) (Host, bool) {
 // ControlPlane returns the control-plane node.
 func (t *Topology) ControlPlane() Host { return t.Hosts[0] }
 
-// labNSPattern matches the namespaces the lab and its node agent create: the switch, the
-// hosts (myk8s-* nodes and mypc) and pods (ilb-p-<8 hex>). Other "ilb-" namespaces, such as
-// ones a unit test makes, are not the lab's and are left alone.
-var labNSPattern = regexp.MustCompile(`^ilb-(sw|mypc|myk8s-[a-z0-9-]+|p-[0-9a-f]{8})$`)
+// labNSPattern matches the host namespaces of the lab: the switch, the nodes (myk8s-*) and
+// mypc. Other "ilb-" namespaces, such as ones a unit test makes, are not the lab's.
+var labNSPattern = regexp.MustCompile(`^ilb-(sw|mypc|myk8s-[a-z0-9-]+)$`)
 
-// IsLabNS reports whether a namespace name is one the lab (or its node agent) creates.
+// IsLabNS reports whether a namespace name is one of the lab's host namespaces.
 func IsLabNS(name string) bool { return labNSPattern.MatchString(name) }
 
-// labRootLinkPattern matches links the lab or its agent may leave in the root namespace after a
-// crash between creating a veth and moving it: pod veths (vp<8 hex>) and lab ports (ilbp<n>).
-var labRootLinkPattern = regexp.MustCompile(`^(vp[0-9a-f]{8}|ilbp[0-9]+|ilbbr0)$`)
+// podNSPattern matches pod namespaces as node agents name them (ilb-p-<8 hex>). Agents in
+// other tests use the same names, so a pod namespace is the lab's only when one of the lab's
+// nodes holds its veth or the lab's agent state records it.
+var podNSPattern = regexp.MustCompile(`^ilb-p-[0-9a-f]{8}$`)
+
+// IsPodNS reports whether a namespace name has the shape of a pod namespace.
+func IsPodNS(name string) bool { return podNSPattern.MatchString(name) }
+
+var podVethPattern = regexp.MustCompile(`^vp([0-9a-f]{8})$`)
+
+// PodNSOfVeth returns the pod namespace behind a node-side pod veth (vp<8 hex>), or "".
+func PodNSOfVeth(veth string) string {
+	m := podVethPattern.FindStringSubmatch(veth)
+	if m == nil {
+		return ""
+	}
+	return NSPrefix + "p-" + m[1]
+}
+
+// labRootLinkPattern matches links the lab could leave in the root namespace (it creates its
+// veths directly inside namespaces, so normally none).
+var labRootLinkPattern = regexp.MustCompile(`^(ilbp[0-9]+|ilbbr0)$`)
 
 // IsLabLink reports whether a link name in the root namespace is one the lab may have made.
 func IsLabLink(name string) bool { return labRootLinkPattern.MatchString(name) }

@@ -3,6 +3,7 @@ package labnet
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -50,7 +51,7 @@ func TestTopologyNames(t *testing.T) {
 
 func TestOwnership(t *testing.T) {
 	for name, want := range map[string]bool{
-		"ilb-sw": true, "ilb-mypc": true, "ilb-myk8s-worker12": true, "ilb-p-0123abcd": true,
+		"ilb-sw": true, "ilb-mypc": true, "ilb-myk8s-worker12": true, "ilb-p-0123abcd": false,
 		"ilb-l2test": false, "ilb-p-xyz": false, "ilb-swx": false, "other": false,
 	} {
 		if got := IsLabNS(name); got != want {
@@ -58,11 +59,17 @@ func TestOwnership(t *testing.T) {
 		}
 	}
 	for name, want := range map[string]bool{
-		"vp0123abcd": true, "ilbp3": true, "ilbbr0": true, "eth0": false, "vpn0": false, "ilb0": false,
+		"vp0123abcd": false, "ilbp3": true, "ilbbr0": true, "eth0": false, "vpn0": false, "ilb0": false,
 	} {
 		if got := IsLabLink(name); got != want {
 			t.Errorf("IsLabLink(%q) = %v, want %v", name, got, want)
 		}
+	}
+	if got := PodNSOfVeth("vp0123abcd"); got != "ilb-p-0123abcd" || !IsPodNS(got) {
+		t.Errorf("PodNSOfVeth(vp0123abcd) = %q", got)
+	}
+	if got := PodNSOfVeth("vpn0"); got != "" {
+		t.Errorf("PodNSOfVeth(vpn0) = %q, want none", got)
 	}
 }
 
@@ -76,10 +83,9 @@ func TestBuildAndForward(t *testing.T) {
 		t.Skip("needs iproute2 (ip)")
 	}
 	ctx := context.Background()
-	if nss, _ := LabNamespaces(ctx); len(nss) > 0 {
-		t.Skipf("a lab is running (namespaces %v); run `bin/lab down` to run this test", nss)
-	}
-	topo, err := New(1)
+	// Names of our own, so the test runs next to a lab (or the lab's smoke test).
+	prefix := fmt.Sprintf("ilb-nt%d-", os.Getpid()%100000)
+	topo, err := NewWithPrefix(1, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +93,7 @@ func TestBuildAndForward(t *testing.T) {
 		for _, h := range topo.Hosts {
 			_, _ = IP(ctx, "netns", "del", h.NS())
 		}
-		_, _ = IP(ctx, "netns", "del", SwitchNS)
+		_, _ = IP(ctx, "netns", "del", topo.SwitchNS())
 	})
 	if err := topo.Build(ctx); err != nil {
 		t.Fatal(err)
@@ -131,7 +137,11 @@ func TestBuildAndForward(t *testing.T) {
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	// Dial from mypc's namespace: across the bridge.
-	c, err := DialInNS(dctx, "ilb-mypc", netip.AddrPortFrom(cp.IP, 7777))
+	mypc, _ := topo.Host(ClientName)
+	if IsLabNS(mypc.NS()) {
+		t.Fatalf("test namespace %s would be taken for the lab's", mypc.NS())
+	}
+	c, err := DialInNS(dctx, mypc.NS(), netip.AddrPortFrom(cp.IP, 7777))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,7 +46,8 @@ func ListNS(ctx context.Context) ([]string, error) {
 	return names, nil
 }
 
-// LabNamespaces returns the existing namespaces that belong to the lab (see IsLabNS).
+// LabNamespaces returns the lab's existing host namespaces (see IsLabNS; pod namespaces are
+// not included).
 func LabNamespaces(ctx context.Context) ([]string, error) {
 	all, err := ListNS(ctx)
 	if err != nil {

@@ -6,13 +6,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log"
 	"net"
 	"net/netip"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
+	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/spf13/cobra"
 
 	"github.com/ironlb/ironlb/test/lab/labctl"
@@ -43,13 +45,16 @@ func newRoot() *cobra.Command {
 	lab := func() (*labctl.Lab, error) {
 		dir := root
 		if dir == "" {
-			// bin/lab lives in <repo>/bin; fall back to the working directory.
-			if exe, err := os.Executable(); err == nil {
-				if r, err := labctl.FindRoot(exe); err == nil {
-					return labctl.New(r, os.Stdout), nil
-				}
+			// The checkout we are run from; bin/ may be shared between checkouts (a symlink),
+			// so the executable's location only serves when run from elsewhere.
+			if r, err := labctl.FindRoot("."); err == nil {
+				return labctl.New(r, os.Stdout), nil
 			}
-			dir = "."
+			exe, err := os.Executable()
+			if err != nil {
+				return nil, err
+			}
+			dir = filepath.Dir(exe)
 		}
 		r, err := labctl.FindRoot(dir)
 		if err != nil {
@@ -83,6 +88,7 @@ in place of the kubelet, and a client host mypc (172.18.0.100) on the same segme
 		},
 	}
 	upCmd.Flags().IntVar(&up.Workers, "workers", labctl.DefaultWorkers, "number of worker nodes")
+	upCmd.Flags().StringVar(&up.ProxyMode, "proxy-mode", labctl.ProxyIptables, "kube-proxy mode: iptables or nftables")
 	upCmd.Flags().BoolVar(&up.NoAgent, "no-agent", false, "start no node agents (network and control plane only; for debugging the lab)")
 	upCmd.Flags().DurationVar(&up.NodesTimeout, "nodes-timeout", 0, "how long to wait for the nodes to be Ready (default 90s)")
 
@@ -100,6 +106,7 @@ in place of the kubelet, and a client host mypc (172.18.0.100) on the same segme
 		},
 	}
 	downCmd.Flags().BoolVar(&down.KeepLogs, "keep-logs", false, "keep .lab/logs")
+	downCmd.Flags().BoolVar(&down.Force, "force", false, "remove the lab even if another checkout's lab owns it")
 
 	statusCmd := &cobra.Command{
 		Use:   "status",
@@ -213,8 +220,10 @@ in place of the kubelet, and a client host mypc (172.18.0.100) on the same segme
 			if err != nil {
 				return fmt.Errorf("opening the listener: %w", err)
 			}
-			logger := log.New(os.Stderr, "forward: ", log.LstdFlags)
-			logger.Printf("relaying %s to %s in %s", lis.Addr(), target, fwd.netns)
+			logger := funcr.New(func(prefix, args string) {
+				fmt.Fprintln(os.Stderr, time.Now().UTC().Format(time.RFC3339), prefix, args)
+			}, funcr.Options{})
+			logger.Info("Relaying", "listen", lis.Addr().String(), "target", target.String(), "netns", fwd.netns)
 			f := &labnet.Forwarder{NS: fwd.netns, Target: target, Log: logger}
 			return f.Serve(c.Context(), lis)
 		},
