@@ -32,6 +32,9 @@ const (
 	backoffFirst = 2 * time.Second
 	backoffMax   = time.Minute
 	backoffReset = 10 * time.Minute
+	// startRetryMax bounds the wait between attempts to start a container
+	// that could not be started at all (config or image errors).
+	startRetryMax = 5 * time.Second
 )
 
 var errStopped = errors.New("container stopped")
@@ -166,7 +169,9 @@ func (r *containerRunner) loop(ctx context.Context) bool {
 				s.State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}}
 				s.Ready, s.Started = false, ptr.To(false)
 			})
-			backoff = nextBackoff(backoff)
+			// Missing Secrets and ConfigMaps usually appear moments later
+			// (created by a controller): retry start failures briskly.
+			backoff = min(nextBackoff(backoff), startRetryMax)
 			if !r.sleep(ctx, backoff) {
 				return false
 			}

@@ -201,7 +201,8 @@ func (w *podWorker) prepare(ctx context.Context) bool {
 		case <-w.notify:
 		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, 30*time.Second)
+		// Volumes wait for Secrets a controller creates: keep retries brisk.
+		backoff = min(backoff*2, 4*time.Second)
 	}
 }
 
