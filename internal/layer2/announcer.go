@@ -1,0 +1,750 @@
+package layer2
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"regexp"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/mdlayher/ndp"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Options configure an Announcer. The zero value of every field is a sensible
+// default.
+type Options struct {
+	// NodeName is this node's name, for logs.
+	NodeName string
+	// ExcludeInterfaces are interface name patterns never announced on. nil
+	// means DefaultExcludeInterfaces; an empty non-nil slice excludes nothing.
+	ExcludeInterfaces []*regexp.Regexp
+	// GratuitousCount is the number of gratuitous bursts sent when an IP is
+	// taken over (default 5; negative: none). The first goes out at once.
+	GratuitousCount int
+	// GratuitousInterval separates the bursts (default 1.1 s: longer than the
+	// 1 s locktime during which old kernels ignore ARP updates, so a burst
+	// landing inside it is followed by one after it).
+	GratuitousInterval time.Duration
+	// RefreshInterval, when positive, repeats one gratuitous burst this often
+	// while an IP is owned (for switches with a short FDB ageing time).
+	RefreshInterval time.Duration
+	// RescanInterval is the periodic interface rescan, a safety net behind the
+	// netlink subscription (default 30 s).
+	RescanInterval time.Duration
+	// ConflictGrace: a foreign claim is reported only if it persists
+	// (default 3 s; negative: report at once). The first sighting starts
+	// the grace; when it ends one probe re-checks, and a claim seen again
+	// after it (the other host answering the probe, or announcing again) is
+	// reported. During a normal handover the old and the new owner overlap
+	// for a moment, each speaker processing the membership change at a
+	// slightly different time, and the old one falls silent within the
+	// grace; a real conflict or split brain does not.
+	ConflictGrace time.Duration
+	// ConflictInterval rate-limits conflict reports and defensive
+	// announcements per IP (default 10 s, RFC 5227's DEFEND_INTERVAL).
+	ConflictInterval time.Duration
+	// Registerer receives the metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+
+	// Links lists the node's interfaces (default: netlink). Test seam.
+	Links func() ([]Link, error)
+	// WatchLinks calls changed whenever interfaces or addresses may have
+	// changed, until ctx ends. Default: netlink subscriptions when Links is
+	// the default, none otherwise. Test seam.
+	WatchLinks func(ctx context.Context, changed func())
+	// ListenARP opens the raw Ethernet socket for ARP frames on a link
+	// (default: AF_PACKET, kernel-filtered). Test seam.
+	ListenARP func(Link) (net.PacketConn, error)
+	// ListenNDP opens the raw Ethernet socket for IPv6 Neighbor Discovery
+	// frames on a link and the handle used to join multicast groups
+	// (default: AF_PACKET plus an mdlayher/ndp socket). Test seam.
+	ListenNDP func(Link) (net.PacketConn, MulticastGroups, error)
+
+	// userSpaceFilterOnly keeps the generic ARP socket filter instead of the
+	// owned-IP one, to measure the user-space fast path alone.
+	userSpaceFilterOnly bool
+}
+
+func (o *Options) defaults() {
+	if o.ExcludeInterfaces == nil {
+		o.ExcludeInterfaces, _ = CompileExcludes(DefaultExcludeInterfaces)
+	}
+	if o.GratuitousCount == 0 {
+		o.GratuitousCount = 5
+	}
+	if o.GratuitousInterval <= 0 {
+		o.GratuitousInterval = 1100 * time.Millisecond
+	}
+	if o.RescanInterval <= 0 {
+		o.RescanInterval = 30 * time.Second
+	}
+	if o.ConflictGrace == 0 {
+		o.ConflictGrace = 3 * time.Second
+	}
+	if o.ConflictInterval <= 0 {
+		o.ConflictInterval = 10 * time.Second
+	}
+	if o.Links == nil {
+		o.Links = netlinkLinks
+	}
+	if o.ListenARP == nil {
+		o.ListenARP = listenARP
+	}
+	if o.ListenNDP == nil {
+		o.ListenNDP = listenNDP
+	}
+}
+
+// Conflict is another host claiming an IP this node announces: an ARP frame
+// or Neighbor Advertisement for it from a MAC that is not ours. It is also
+// how a split brain between two speakers shows.
+type Conflict struct {
+	IP        netip.Addr
+	MAC       net.HardwareAddr // the other host's
+	Interface string           // where it was seen
+	Time      time.Time
+}
+
+// Announcer answers ARP and NDP for the IPs of the balancers it is given, on
+// every eligible interface (or the ones a balancer names).
+type Announcer struct {
+	log       logr.Logger
+	opts      Options
+	metrics   *metrics
+	conflicts chan Conflict
+	rescanCh  chan struct{}
+	garpCh    chan struct{}
+	defendCh  chan burstKey
+	recheckCh chan recheck
+	localMACs atomic.Pointer[map[[6]byte]struct{}]
+
+	mu         sync.Mutex
+	started    bool
+	balancers  map[string]balancer
+	ips        map[netip.Addr]*ipState
+	refs       map[netip.Addr]map[string]struct{} // IP -> balancers using it
+	ipMetrics  map[netip.Addr]*ipMetrics
+	responders map[string]*responder // by interface name
+	bursts     map[burstKey]*burst
+	rechecks   map[burstKey]time.Time // probes due after a conflict grace
+
+	cmu          sync.Mutex
+	lastConflict map[netip.Addr]time.Time // last report, for the rate limit
+	firstSeen    map[netip.Addr]time.Time // claims within their grace
+}
+
+type balancer struct {
+	ips        []netip.Addr
+	interfaces []string
+}
+
+// ipState is one owned IP: where it may be announced and its shared
+// per-frame state.
+type ipState struct {
+	all        bool
+	interfaces map[string]bool
+	owned      *ownedIP
+}
+
+type recheck struct {
+	k  burstKey
+	at time.Time
+}
+
+type burstKey struct {
+	ip    netip.Addr
+	iface string
+}
+
+// burst is the pending gratuitous announcements of one IP on one interface.
+type burst struct {
+	left  int // bursts still to send
+	next  time.Time
+	probe bool // send an RFC 5227 probe with the next burst
+}
+
+// NewAnnouncer returns an Announcer; nothing is sent before Run.
+func NewAnnouncer(log logr.Logger, opts Options) *Announcer {
+	defaultWatch := opts.Links == nil && opts.WatchLinks == nil
+	opts.defaults()
+	a := &Announcer{
+		log:          log,
+		opts:         opts,
+		metrics:      newMetrics(opts.Registerer),
+		conflicts:    make(chan Conflict, 64),
+		rescanCh:     make(chan struct{}, 1),
+		garpCh:       make(chan struct{}, 1),
+		defendCh:     make(chan burstKey, 64),
+		recheckCh:    make(chan recheck, 64),
+		balancers:    map[string]balancer{},
+		ips:          map[netip.Addr]*ipState{},
+		refs:         map[netip.Addr]map[string]struct{}{},
+		ipMetrics:    map[netip.Addr]*ipMetrics{},
+		responders:   map[string]*responder{},
+		bursts:       map[burstKey]*burst{},
+		rechecks:     map[burstKey]time.Time{},
+		lastConflict: map[netip.Addr]time.Time{},
+		firstSeen:    map[netip.Addr]time.Time{},
+	}
+	if defaultWatch {
+		a.opts.WatchLinks = func(ctx context.Context, changed func()) { watchNetlink(ctx, log, changed) }
+	}
+	empty := map[[6]byte]struct{}{}
+	a.localMACs.Store(&empty)
+	return a
+}
+
+// Conflicts delivers address conflicts, at most one per IP per
+// ConflictInterval. The channel is buffered; reports are dropped (and
+// logged) when nobody reads.
+func (a *Announcer) Conflicts() <-chan Conflict { return a.conflicts }
+
+// SetBalancer sets the IPs balancer name owns on this node and the interfaces
+// to answer on (empty: all eligible). Newly owned IPs are announced at once
+// (by Run); IPs no longer owned are not answered once SetBalancer returns.
+func (a *Announcer) SetBalancer(name string, ips []netip.Addr, interfaces []string) {
+	b := balancer{interfaces: slices.Clone(interfaces)}
+	for _, ip := range ips {
+		ip = ip.Unmap().WithZone("")
+		if ip.IsValid() && !slices.Contains(b.ips, ip) {
+			b.ips = append(b.ips, ip)
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	old := a.balancers[name]
+	a.balancers[name] = b
+	a.applyLocked(name, old.ips, b.ips)
+}
+
+// DeleteBalancer forgets balancer name. Its IPs (unless another balancer
+// shares them) are not answered or announced once DeleteBalancer returns.
+func (a *Announcer) DeleteBalancer(name string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	old, ok := a.balancers[name]
+	if !ok {
+		return
+	}
+	delete(a.balancers, name)
+	a.applyLocked(name, old.ips, nil)
+}
+
+// Interfaces returns the names of the interfaces that currently have a
+// responder, sorted. The speaker uses it to warn when an L2Advertisement
+// names interfaces this node does not have.
+func (a *Announcer) Interfaces() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]string, 0, len(a.responders))
+	for n := range a.responders {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// applyLocked updates the reverse index for balancer name moving from
+// oldIPs to newIPs, recomputes the state of the affected IPs only, and pushes
+// the changes to every responder. The cost is proportional to the change,
+// not to the number of IPs owned (apart from cloning each changed responder's
+// set, a flat map copy).
+func (a *Announcer) applyLocked(name string, oldIPs, newIPs []netip.Addr) {
+	affected := slices.Clone(oldIPs)
+	for _, ip := range oldIPs {
+		delete(a.refs[ip], name)
+	}
+	for _, ip := range newIPs {
+		if a.refs[ip] == nil {
+			a.refs[ip] = map[string]struct{}{}
+		}
+		a.refs[ip][name] = struct{}{}
+		if !slices.Contains(affected, ip) {
+			affected = append(affected, ip)
+		}
+	}
+	if len(affected) == 0 {
+		return
+	}
+	var lost []netip.Addr
+	for _, ip := range affected {
+		if len(a.refs[ip]) == 0 {
+			delete(a.refs, ip)
+			if a.ips[ip] != nil {
+				delete(a.ips, ip)
+				lost = append(lost, ip)
+			}
+			continue
+		}
+		st := &ipState{interfaces: map[string]bool{}}
+		if old := a.ips[ip]; old != nil {
+			st.owned = old.owned
+		} else {
+			st.owned = &ownedIP{addr: ip, m: a.metricsFor(ip)}
+		}
+		for n := range a.refs[ip] {
+			b := a.balancers[n]
+			if len(b.interfaces) == 0 {
+				st.all = true
+			}
+			for _, i := range b.interfaces {
+				st.interfaces[i] = true
+			}
+		}
+		a.ips[ip] = st
+	}
+	for _, r := range a.responders {
+		a.updateResponderLocked(r, affected)
+	}
+	if len(lost) > 0 {
+		a.cmu.Lock()
+		for _, ip := range lost {
+			delete(a.lastConflict, ip)
+			delete(a.firstSeen, ip)
+		}
+		a.cmu.Unlock()
+	}
+	a.kickGARP()
+}
+
+func (a *Announcer) metricsFor(ip netip.Addr) *ipMetrics {
+	m := a.ipMetrics[ip]
+	if m == nil {
+		m = a.metrics.forIP(ip)
+		a.ipMetrics[ip] = m
+	}
+	return m
+}
+
+// updateResponderLocked brings r's owned set in step for the affected IPs
+// (nil: all, for a new responder): it schedules announcements for IPs r newly
+// owns, cancels them for IPs it lost, keeps solicited-node group memberships
+// in step, and swaps the new set in atomically.
+func (a *Announcer) updateResponderLocked(r *responder, affected []netip.Addr) {
+	old := r.owned.Load()
+	if affected == nil {
+		for ip := range a.ips {
+			affected = append(affected, ip)
+		}
+	}
+	var ed *setEditor
+	var added, removed []netip.Addr
+	for _, ip := range affected {
+		st := a.ips[ip]
+		want := st != nil && (st.all || st.interfaces[r.link.Name]) &&
+			((ip.Is4() && r.arp != nil) || (ip.Is6() && r.ndp != nil))
+		if want == old.has(ip) {
+			continue
+		}
+		if ed == nil {
+			ed = editSet(old)
+		}
+		if want {
+			ed.add(st.owned)
+			added = append(added, ip)
+		} else {
+			ed.remove(ip)
+			removed = append(removed, ip)
+		}
+	}
+	if ed == nil {
+		if old == nil {
+			r.owned.Store(newOwnedSet())
+			r.updateKernelFilter()
+		}
+		return
+	}
+	set := ed.s
+	// Join groups before answering so multicast solicitations arrive; the
+	// swap is what starts and stops answers.
+	for _, ip := range added {
+		if ip.Is6() {
+			a.joinLocked(r, ip)
+		}
+	}
+	r.owned.Store(set)
+	if old == nil || slices.ContainsFunc(added, netip.Addr.Is4) || slices.ContainsFunc(removed, netip.Addr.Is4) {
+		r.updateKernelFilter()
+	}
+	now := time.Now()
+	for _, ip := range added {
+		a.scheduleLocked(burstKey{ip, r.link.Name}, now, ip.Is4())
+	}
+	for _, ip := range removed {
+		delete(a.bursts, burstKey{ip, r.link.Name})
+		delete(a.rechecks, burstKey{ip, r.link.Name})
+		if ip.Is6() {
+			a.leaveLocked(r, ip)
+		}
+	}
+}
+
+func (a *Announcer) joinLocked(r *responder, ip netip.Addr) {
+	g := solicitedNodeGroup(ip)
+	r.groups[g]++
+	if r.groups[g] == 1 {
+		if err := r.group.JoinGroup(g); err != nil {
+			a.log.Error(err, "joining solicited-node multicast group failed", "interface", r.link.Name, "ip", ip.String(), "group", g.String())
+		}
+	}
+}
+
+func (a *Announcer) leaveLocked(r *responder, ip netip.Addr) {
+	g := solicitedNodeGroup(ip)
+	if r.groups[g] == 0 {
+		return
+	}
+	r.groups[g]--
+	if r.groups[g] == 0 {
+		delete(r.groups, g)
+		if err := r.group.LeaveGroup(g); err != nil {
+			a.log.Error(err, "leaving solicited-node multicast group failed", "interface", r.link.Name, "ip", ip.String(), "group", g.String())
+		}
+	}
+}
+
+// scheduleLocked queues the takeover announcements of one IP on one
+// interface, the first due at once.
+//
+// The RFC 5227 probe goes out with the first burst instead of delaying the
+// claim by a probe wait (RFC 5227 waits 1-2 s plus 3 probes): on a failover
+// the previous owner is usually dead and cannot answer, so waiting would only
+// add its full length to every failover, the number ironlb is judged on. A
+// live holder answers the probe (or announces itself) within a round trip,
+// and the passive watch, which runs for as long as the IP is owned, reports
+// that as a Conflict if it persists past ConflictGrace; the takeover is then
+// bounded to one defensive announcement per ConflictInterval, never a loop.
+func (a *Announcer) scheduleLocked(k burstKey, now time.Time, probe bool) {
+	if a.opts.GratuitousCount < 0 {
+		if a.opts.RefreshInterval > 0 {
+			a.bursts[k] = &burst{left: 1, next: now.Add(a.opts.RefreshInterval)}
+		}
+		return
+	}
+	a.bursts[k] = &burst{left: a.opts.GratuitousCount, next: now, probe: probe}
+}
+
+func (a *Announcer) kickGARP() {
+	select {
+	case a.garpCh <- struct{}{}:
+	default:
+	}
+}
+
+func (a *Announcer) kickRescan() {
+	select {
+	case a.rescanCh <- struct{}{}:
+	default:
+	}
+}
+
+// Run opens responders on the eligible interfaces, follows interface
+// changes, and sends the gratuitous announcements, until ctx ends; then it
+// closes every responder. It returns nil after ctx ends.
+func (a *Announcer) Run(ctx context.Context) error {
+	a.mu.Lock()
+	if a.started {
+		a.mu.Unlock()
+		return errors.New("layer2: Announcer.Run called twice")
+	}
+	a.started = true
+	a.mu.Unlock()
+
+	var wg sync.WaitGroup
+	defer func() {
+		wg.Wait()
+		a.mu.Lock()
+		for name, r := range a.responders {
+			r.close()
+			delete(a.responders, name)
+		}
+		a.mu.Unlock()
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.garpLoop(ctx)
+	}()
+	if a.opts.WatchLinks != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.opts.WatchLinks(ctx, a.kickRescan)
+		}()
+	}
+	a.log.Info("layer2 announcer starting", "node", a.opts.NodeName)
+	a.rescan()
+	t := time.NewTicker(a.opts.RescanInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-a.rescanCh:
+			a.rescan()
+		case <-t.C:
+			a.rescan()
+		}
+	}
+}
+
+// rescan lists the interfaces and opens, replaces or closes responders to
+// match.
+func (a *Announcer) rescan() {
+	links, err := a.opts.Links()
+	if err != nil {
+		a.log.Error(err, "listing interfaces failed; keeping the current responders")
+		return
+	}
+	macs := map[[6]byte]struct{}{}
+	for _, l := range links {
+		if len(l.MAC) == 6 {
+			macs[[6]byte(l.MAC)] = struct{}{}
+		}
+	}
+	a.localMACs.Store(&macs)
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	present := map[string]bool{}
+	for _, l := range links {
+		present[l.Name] = true
+		wantARP, wantNDP, reason := eligibility(l, a.opts.ExcludeInterfaces)
+		cur := a.responders[l.Name]
+		if cur != nil && cur.link.Index == l.Index && slices.Equal(cur.link.MAC, l.MAC) &&
+			cur.link.LinkLocal == l.LinkLocal && (cur.arp != nil) == wantARP && (cur.ndp != nil) == wantNDP {
+			continue
+		}
+		if cur != nil {
+			a.closeResponderLocked(cur, "interface changed")
+		}
+		if !wantARP && !wantNDP {
+			if cur != nil {
+				a.log.V(1).Info("interface not eligible", "interface", l.Name, "reason", reason)
+			}
+			continue
+		}
+		r, err := a.openResponder(l, wantARP, wantNDP)
+		if err != nil {
+			a.log.Error(err, "creating responder failed", "interface", l.Name)
+			continue
+		}
+		a.responders[l.Name] = r
+		a.updateResponderLocked(r, nil)
+		r.start()
+		a.log.Info("created responder", "interface", l.Name, "mac", l.MAC.String(), "arp", wantARP, "ndp", wantNDP)
+	}
+	for name, r := range a.responders {
+		if !present[name] {
+			a.closeResponderLocked(r, "interface removed")
+		}
+	}
+	a.kickGARP()
+}
+
+func (a *Announcer) closeResponderLocked(r *responder, why string) {
+	r.close()
+	delete(a.responders, r.link.Name)
+	for k := range a.bursts {
+		if k.iface == r.link.Name {
+			delete(a.bursts, k)
+		}
+	}
+	for k := range a.rechecks {
+		if k.iface == r.link.Name {
+			delete(a.rechecks, k)
+		}
+	}
+	a.log.Info("deleted responder", "interface", r.link.Name, "reason", why)
+}
+
+func (a *Announcer) openResponder(l Link, wantARP, wantNDP bool) (*responder, error) {
+	r := &responder{
+		log:    a.log.WithValues("interface", l.Name),
+		link:   l,
+		mac:    [6]byte(l.MAC),
+		groups: map[netip.Addr]int{},
+		isLocal: func(m [6]byte) bool {
+			_, ok := (*a.localMACs.Load())[m]
+			return ok
+		},
+		conflict:            a.onConflict,
+		noKernelOwnedFilter: a.opts.userSpaceFilterOnly,
+	}
+	if wantARP {
+		c, err := a.opts.ListenARP(l)
+		if err != nil {
+			return nil, err
+		}
+		r.arp = c
+	}
+	if wantNDP {
+		c, g, err := a.opts.ListenNDP(l)
+		if err != nil {
+			if r.arp != nil {
+				_ = r.arp.Close()
+			}
+			return nil, err
+		}
+		r.ndp, r.group = c, g
+	}
+	return r, nil
+}
+
+// garpLoop sends the scheduled gratuitous announcements and the bounded
+// defensive ones until ctx ends.
+func (a *Announcer) garpLoop(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		next := a.sendDue()
+		wait := time.Hour
+		if !next.IsZero() {
+			wait = max(time.Until(next), 0)
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		case <-a.garpCh:
+		case rc := <-a.recheckCh:
+			a.mu.Lock()
+			if _, pending := a.rechecks[rc.k]; !pending {
+				a.rechecks[rc.k] = rc.at
+			}
+			a.mu.Unlock()
+		case k := <-a.defendCh:
+			a.mu.Lock()
+			if r := a.responders[k.iface]; r != nil && r.owned.Load().has(k.ip) && a.bursts[k] == nil {
+				a.bursts[k] = &burst{left: 1, next: time.Now()}
+			}
+			a.mu.Unlock()
+		}
+	}
+}
+
+// sendDue sends every announcement that is due and returns when the next
+// one is (zero: none pending). It sends under the lock, so once
+// DeleteBalancer returns nothing more is sent for the IPs it removed; a send
+// is one non-blocking raw-socket write per frame.
+func (a *Announcer) sendDue() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := time.Now()
+	var next time.Time
+	for k, at := range a.rechecks {
+		if at.After(now) {
+			if next.IsZero() || at.Before(next) {
+				next = at
+			}
+			continue
+		}
+		delete(a.rechecks, k)
+		if r := a.responders[k.iface]; r != nil && r.owned.Load().has(k.ip) {
+			if err := r.sendProbe(k.ip); err != nil {
+				a.log.Error(err, "sending conflict re-check probe failed", "interface", k.iface, "ip", k.ip.String())
+			}
+		}
+	}
+	for k, b := range a.bursts {
+		if b.next.After(now) {
+			if next.IsZero() || b.next.Before(next) {
+				next = b.next
+			}
+			continue
+		}
+		r := a.responders[k.iface]
+		if r == nil || !r.owned.Load().has(k.ip) {
+			delete(a.bursts, k)
+			continue
+		}
+		n, err := r.sendGratuitous(k.ip, b.probe)
+		if n > 0 {
+			a.metricsFor(k.ip).gratuitous.Add(float64(n))
+		}
+		if err != nil {
+			a.log.Error(err, "sending gratuitous announcement failed", "interface", k.iface, "ip", k.ip.String())
+		}
+		b.probe = false
+		b.left--
+		switch {
+		case b.left > 0:
+			b.next = now.Add(a.opts.GratuitousInterval)
+		case a.opts.RefreshInterval > 0:
+			b.left = 1
+			b.next = now.Add(a.opts.RefreshInterval)
+		default:
+			delete(a.bursts, k)
+			continue
+		}
+		if next.IsZero() || b.next.Before(next) {
+			next = b.next
+		}
+	}
+	return next
+}
+
+// onConflict is called by the read loops when another MAC claims an owned
+// IP. A claim must persist past ConflictGrace to be reported (see Options);
+// then it is reported at most once per IP per ConflictInterval, with at most
+// one defensive announcement in the same interval: never a fight in a loop.
+func (a *Announcer) onConflict(o *ownedIP, mac [6]byte, iface string) {
+	now := time.Now()
+	grace := a.opts.ConflictGrace
+	a.cmu.Lock()
+	if last, ok := a.lastConflict[o.addr]; ok && now.Sub(last) < a.opts.ConflictInterval {
+		a.cmu.Unlock()
+		return
+	}
+	if grace > 0 {
+		first, pending := a.firstSeen[o.addr]
+		if !pending || now.Sub(first) > 2*grace {
+			// A new sighting (or one long after the last, unconfirmed).
+			a.firstSeen[o.addr] = now
+			a.cmu.Unlock()
+			a.log.V(1).Info("another host claims an owned IP; re-checking after the grace period",
+				"ip", o.addr.String(), "otherMAC", net.HardwareAddr(mac[:]).String(), "interface", iface)
+			select {
+			case a.recheckCh <- recheck{burstKey{o.addr, iface}, now.Add(grace)}:
+			default:
+			}
+			return
+		}
+		if now.Sub(first) < grace {
+			a.cmu.Unlock()
+			return
+		}
+		delete(a.firstSeen, o.addr)
+	}
+	a.lastConflict[o.addr] = now
+	a.cmu.Unlock()
+
+	o.m.conflicts.Inc()
+	c := Conflict{IP: o.addr, MAC: net.HardwareAddr(slices.Clone(mac[:])), Interface: iface, Time: now}
+	a.log.Info("address conflict: another host claims an IP this node announces",
+		"ip", o.addr.String(), "otherMAC", c.MAC.String(), "interface", iface, "node", a.opts.NodeName)
+	select {
+	case a.conflicts <- c:
+	default:
+		a.log.Info("conflict report dropped: nobody is reading Conflicts()", "ip", o.addr.String())
+	}
+	select {
+	case a.defendCh <- burstKey{o.addr, iface}:
+	default:
+	}
+}
+
+// solicitedNodeGroup is the solicited-node multicast group of an IPv6
+// address (ff02::1:ffXX:XXXX).
+func solicitedNodeGroup(ip netip.Addr) netip.Addr {
+	g, _ := ndp.SolicitedNodeMulticast(ip) // ip is IPv6 here: no error
+	return g
+}

@@ -1,0 +1,250 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/open-policy-agent/cert-controller/pkg/rotator"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+)
+
+// Defaults for CertOptions: the names the Helm chart and manifests use.
+const (
+	DefaultSecretName               = "ironlb-webhook-cert"
+	DefaultServiceName              = "ironlb-webhook-service"
+	DefaultWebhookConfigurationName = "ironlb-webhook-configuration"
+)
+
+// DefaultCertDir is where controller-runtime's webhook server looks for tls.crt and
+// tls.key unless told otherwise.
+var DefaultCertDir = filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs")
+
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;list;watch;update
+
+// CertOptions configures SetupCertRotation.
+type CertOptions struct {
+	// Namespace holds the Secret and the webhook Service (the install namespace).
+	Namespace string
+	// SecretName is the Secret that stores the CA and the serving certificate
+	// (created if absent). Default DefaultSecretName.
+	SecretName string
+	// ServiceName is the webhook Service; the certificate is valid for
+	// <ServiceName>.<Namespace>.svc. Default DefaultServiceName.
+	ServiceName string
+	// WebhookConfigurationName is the ValidatingWebhookConfiguration whose caBundle
+	// is kept current. Default DefaultWebhookConfigurationName.
+	WebhookConfigurationName string
+	// CertDir is the webhook server's certificate directory (webhook.Options.CertDir).
+	// Default DefaultCertDir.
+	CertDir string
+	// ExtraDNSNames are more names the certificate is valid for.
+	ExtraDNSNames []string
+	// WriteCertDir makes this process write the Secret's tls.crt and tls.key into
+	// CertDir (and rewrite them after a rotation). Set it when the Secret is not
+	// mounted at CertDir as a volume; leave it false when it is (the volume is
+	// read-only and the kubelet keeps it current).
+	WriteCertDir bool
+	// RequireLeaderElection makes only the leader rotate certificates. Leave it
+	// false (the default) so every replica can serve as soon as it starts.
+	RequireLeaderElection bool
+}
+
+// SetupCertRotation adds open-policy-agent/cert-controller's rotator to mgr: it
+// creates and renews a self-signed CA and serving certificate in the Secret and
+// injects the CA into the ValidatingWebhookConfiguration. The returned channel is
+// closed when the certificate files are in CertDir and the CA is injected: call
+// Setup (which starts the webhook server) only then, e.g.
+//
+//	ready, err := webhook.SetupCertRotation(mgr, opts)
+//	go func() { <-ready; if err := webhook.Setup(mgr, ns); err != nil { ... } }()
+//
+// The rotator stops the manager with an error if the files never appear or the CA
+// cannot be injected (after about 15 minutes of retries).
+func SetupCertRotation(mgr manager.Manager, opts CertOptions) (<-chan struct{}, error) {
+	if opts.Namespace == "" {
+		return nil, errors.New("webhook certificates: namespace is empty")
+	}
+	if opts.SecretName == "" {
+		opts.SecretName = DefaultSecretName
+	}
+	if opts.ServiceName == "" {
+		opts.ServiceName = DefaultServiceName
+	}
+	if opts.WebhookConfigurationName == "" {
+		opts.WebhookConfigurationName = DefaultWebhookConfigurationName
+	}
+	if opts.CertDir == "" {
+		opts.CertDir = DefaultCertDir
+	}
+	ready := make(chan struct{})
+	secret := types.NamespacedName{Namespace: opts.Namespace, Name: opts.SecretName}
+	// The rotator fills an existing Secret but does not create one.
+	if err := ensureSecret(mgr, secret); err != nil {
+		return nil, fmt.Errorf("webhook certificates: %w", err)
+	}
+	r := &rotator.CertRotator{
+		SecretKey:             secret,
+		CertDir:               opts.CertDir,
+		CAName:                "ironlb-ca",
+		CAOrganization:        "ironlb",
+		DNSName:               fmt.Sprintf("%s.%s.svc", opts.ServiceName, opts.Namespace),
+		ExtraDNSNames:         append([]string{fmt.Sprintf("%s.%s.svc.cluster.local", opts.ServiceName, opts.Namespace)}, opts.ExtraDNSNames...),
+		IsReady:               ready,
+		Webhooks:              []rotator.WebhookInfo{{Name: opts.WebhookConfigurationName, Type: rotator.Validating}},
+		RequireLeaderElection: opts.RequireLeaderElection,
+		// The rotator's controller name must be unique per manager.
+		ControllerName: "ironlb-cert-rotator",
+	}
+	if err := rotator.AddRotator(mgr, r); err != nil {
+		return nil, fmt.Errorf("webhook certificates: adding rotator: %w", err)
+	}
+	if opts.WriteCertDir {
+		if err := mgr.Add(&certWriter{reader: mgr.GetAPIReader(), secret: secret, dir: opts.CertDir, needLeader: opts.RequireLeaderElection}); err != nil {
+			return nil, fmt.Errorf("webhook certificates: adding certificate writer: %w", err)
+		}
+	}
+	return ready, nil
+}
+
+// ensureSecret creates the empty certificate Secret when the install manifests did
+// not, so the rotator has something to fill. Another replica creating it first is fine.
+func ensureSecret(mgr manager.Manager, key types.NamespacedName) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return fmt.Errorf("creating client: %w", err)
+	}
+	var s corev1.Secret
+	err = c.Get(ctx, key, &s)
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("reading secret %s: %w", key, err)
+	}
+	s = corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
+		Labels: map[string]string{"app.kubernetes.io/name": "ironlb", "app.kubernetes.io/component": "webhook"}}}
+	if err := c.Create(ctx, &s); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating secret %s: %w", key, err)
+	}
+	return nil
+}
+
+// Checker is a readiness check that fails until ready is closed and then reports
+// whether the webhook server of mgr is serving. Use it instead of
+// mgr.GetWebhookServer().StartedChecker(), which would start the server before its
+// certificates exist.
+func Checker(mgr manager.Manager, ready <-chan struct{}) healthz.Checker {
+	return func(req *http.Request) error {
+		select {
+		case <-ready:
+			return mgr.GetWebhookServer().StartedChecker()(req)
+		default:
+			return errors.New("webhook certificates not ready yet")
+		}
+	}
+}
+
+// certWriter keeps CertDir's tls.crt and tls.key equal to the Secret's, for
+// processes that do not get the Secret mounted as a volume. controller-runtime's
+// certificate watcher reloads the files when they change.
+type certWriter struct {
+	reader     client.Reader
+	secret     types.NamespacedName
+	dir        string
+	needLeader bool
+}
+
+func (w *certWriter) NeedLeaderElection() bool { return w.needLeader }
+
+// Start polls quickly until the first certificate is written, then slowly: a
+// rotation is scheduled long before the old certificate expires.
+func (w *certWriter) Start(ctx context.Context) error {
+	log := logf.FromContext(ctx).WithValues("secret", w.secret.String(), "certDir", w.dir)
+	written := false
+	poll := func(ctx context.Context) {
+		changed, err := w.sync(ctx)
+		switch {
+		case err != nil:
+			log.V(1).Info("webhook certificate not written yet", "reason", err.Error())
+		case changed:
+			written = true
+			log.Info("wrote webhook serving certificate")
+		default:
+			written = true
+		}
+	}
+	for !written {
+		poll(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	wait.UntilWithContext(ctx, poll, 30*time.Second)
+	return nil
+}
+
+func (w *certWriter) sync(ctx context.Context) (bool, error) {
+	var s corev1.Secret
+	if err := w.reader.Get(ctx, w.secret, &s); err != nil {
+		return false, err
+	}
+	crt, key := s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey]
+	if len(crt) == 0 || len(key) == 0 {
+		return false, fmt.Errorf("secret %s has no %s/%s yet", w.secret, corev1.TLSCertKey, corev1.TLSPrivateKeyKey)
+	}
+	if err := os.MkdirAll(w.dir, 0o700); err != nil {
+		return false, err
+	}
+	// Key first: the watcher reloads on the certificate's change and needs the
+	// matching key in place by then.
+	k, err := writeIfChanged(filepath.Join(w.dir, corev1.TLSPrivateKeyKey), key, 0o600)
+	if err != nil {
+		return false, err
+	}
+	c, err := writeIfChanged(filepath.Join(w.dir, corev1.TLSCertKey), crt, 0o644)
+	return k || c, err
+}
+
+// writeIfChanged replaces path atomically (temporary file and rename) when its
+// content differs.
+func writeIfChanged(path string, data []byte, mode os.FileMode) (bool, error) {
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
+		return false, nil
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return false, err
+	}
+	defer os.Remove(tmp.Name()) // No-op after a successful rename.
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return false, err
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return false, err
+	}
+	if err := tmp.Close(); err != nil {
+		return false, err
+	}
+	return true, os.Rename(tmp.Name(), path)
+}
