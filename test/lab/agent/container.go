@@ -58,6 +58,9 @@ type containerRunner struct {
 	execEnv  []string
 	binds    []Bind
 	startedC bool
+	// logStarts are the log file offsets where each run of this agent
+	// started, for `kubectl logs` (current run) and `--previous`.
+	logStarts []int64
 }
 
 func newContainerRunner(w *podWorker, spec corev1.Container, kind containerKind, previous []corev1.ContainerStatus) *containerRunner {
@@ -266,6 +269,10 @@ func (r *containerRunner) start(ctx context.Context) (*runningProc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening container log: %w", err)
 	}
+	var logStart int64
+	if st, err := logf.Stat(); err == nil {
+		logStart = st.Size()
+	}
 	cmd := w.command(binds, r.spec.WorkingDir, prog, args)
 	cmd.Env = env.List()
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -284,6 +291,7 @@ func (r *containerRunner) start(ctx context.Context) (*runningProc, error) {
 	p := &runningProc{pid: cmd.Process.Pid, startedAt: metav1.Now(), exited: make(chan struct{})}
 	r.proc = cmd.Process
 	r.exited = p.exited
+	r.logStarts = append(r.logStarts, logStart)
 	r.execEnv = cmd.Env
 	r.binds = binds
 	hasStartup := r.spec.StartupProbe != nil
@@ -310,6 +318,24 @@ func (r *containerRunner) start(ctx context.Context) (*runningProc, error) {
 		close(p.exited)
 	}()
 	return p, nil
+}
+
+// logRange returns the log file range of the current run (or the previous
+// one): start offset and end offset (-1 = open ended); ok is false when
+// there is no such run.
+func (r *containerRunner) logRange(previous bool) (start, end int64, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := len(r.logStarts)
+	switch {
+	case !previous && n > 0:
+		return r.logStarts[n-1], -1, true
+	case !previous:
+		return 0, -1, true
+	case n >= 2:
+		return r.logStarts[n-2], r.logStarts[n-1], true
+	}
+	return 0, 0, false
 }
 
 func (r *containerRunner) markStarted() {

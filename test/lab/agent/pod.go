@@ -93,6 +93,16 @@ func (w *podWorker) deleting() (bool, bool) {
 
 func (w *podWorker) markDirty() { signal(w.dirty) }
 
+// runner returns the container named name (main or init), or nil.
+func (w *podWorker) runner(name string) *containerRunner {
+	for _, r := range append(append([]*containerRunner{}, w.mains...), w.inits...) {
+		if r.spec.Name == name {
+			return r
+		}
+	}
+	return nil
+}
+
 // event records a Kubernetes event on the pod (the recorder aggregates repeats).
 func (w *podWorker) event(eventType, reason, format string, args ...any) {
 	if w.a.recorder == nil {
