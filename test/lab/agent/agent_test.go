@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +26,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
+	utilexec "k8s.io/client-go/util/exec"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
@@ -195,6 +200,40 @@ func TestAgentWithAPIServer(t *testing.T) {
 		if !strings.Contains(string(b), "hello from the log") {
 			t.Errorf("containerLogs answer: %d %q", resp.StatusCode, b)
 		}
+	}
+
+	// The kubelet exec endpoint (kubectl exec through the API server).
+	execIn := func(stdin string, command ...string) (string, error) {
+		u, _ := url.Parse(fmt.Sprintf("https://127.0.0.1:%d/exec/%s/whoami-1/whoami?output=1&error=1", port, ns))
+		q := u.Query()
+		for _, c := range command {
+			q.Add("command", c)
+		}
+		if stdin != "" {
+			q.Set("input", "1")
+		}
+		u.RawQuery = q.Encode()
+		ex, err := remotecommand.NewSPDYExecutor(&rest.Config{Host: u.Host, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}, "POST", u)
+		if err != nil {
+			return "", err
+		}
+		var out strings.Builder
+		opts := remotecommand.StreamOptions{Stdout: &out, Stderr: &out}
+		if stdin != "" {
+			opts.Stdin = strings.NewReader(stdin)
+		}
+		err = ex.StreamWithContext(ctx, opts)
+		return out.String(), err
+	}
+	if out, err := execIn("", "sh", "-c", "hostname; echo $KEY; ip -o -4 addr show dev eth0 | grep -c 10.244.78.2; echo oops >&2"); err != nil || out != "whoami-1\ns3cret\n1\noops\n" {
+		t.Errorf("exec in the container: %q %v", out, err)
+	}
+	if out, err := execIn("hello\n", "cat"); err != nil || out != "hello\n" {
+		t.Errorf("exec with stdin: %q %v", out, err)
+	}
+	var ce utilexec.CodeExitError
+	if _, err := execIn("", "sh", "-c", "exit 7"); !errors.As(err, &ce) || ce.Code != 7 {
+		t.Errorf("exec exit code: %v, want exit code 7", err)
 	}
 
 	// An image the lab does not have: Pending with a clear reason.

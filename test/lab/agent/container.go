@@ -521,21 +521,11 @@ func (r *containerRunner) execIn(ctx context.Context, cmd []string) error {
 	r.mu.Unlock()
 	var c *exec.Cmd
 	if proc != nil {
-		// Join the running container's mount, network and UTS namespaces:
-		// nsenter is a small C program, far cheaper than starting pod-exec
-		// (a Go binary with client-go) on a loaded machine, where probe
-		// timeouts are a second.
-		wd := r.spec.WorkingDir
-		if wd == "" {
-			wd = "/"
-		}
-		args := append([]string{"-t", strconv.Itoa(proc.Pid), "-m", "-n", "-u", "--wd=" + wd, "--"}, cmd...)
-		c = exec.Command("nsenter", args...)
-		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		c, _ = r.execCommand(cmd)
 	} else {
 		c = r.w.command(binds, r.spec.WorkingDir, cmd[0], cmd[1:])
+		c.Env = env
 	}
-	c.Env = env
 	var out strings.Builder
 	c.Stdout, c.Stderr = &out, &out
 	if err := c.Start(); err != nil {
@@ -554,6 +544,29 @@ func (r *containerRunner) execIn(ctx context.Context, cmd []string) error {
 		<-done
 		return fmt.Errorf("timed out: %w", ctx.Err())
 	}
+}
+
+// execCommand prepares cmd to run inside the running container: it joins
+// the container's mount, network and UTS namespaces with nsenter (a small C
+// program, far cheaper than starting pod-exec, a Go binary with client-go,
+// on a loaded machine where probe timeouts are a second) and gets the
+// container's environment.
+func (r *containerRunner) execCommand(cmd []string) (*exec.Cmd, error) {
+	r.mu.Lock()
+	env, proc := r.execEnv, r.proc
+	r.mu.Unlock()
+	if proc == nil {
+		return nil, fmt.Errorf("container %s is not running", r.spec.Name)
+	}
+	wd := r.spec.WorkingDir
+	if wd == "" {
+		wd = "/"
+	}
+	args := append([]string{"-t", strconv.Itoa(proc.Pid), "-m", "-n", "-u", "--wd=" + wd, "--"}, cmd...)
+	c := exec.Command("nsenter", args...)
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	c.Env = env
+	return c, nil
 }
 
 // command builds the process that runs prog in the pod's network namespace

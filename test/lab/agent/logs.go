@@ -49,9 +49,10 @@ func (a *Agent) serveKubelet(ctx context.Context) error {
 	}
 	mux := a.kubeletMux()
 	srv := &http.Server{
-		Addr:              net.JoinHostPort("", strconv.Itoa(a.cfg.KubeletPort)),
-		Handler:           mux,
-		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		Addr:    net.JoinHostPort("", strconv.Itoa(a.cfg.KubeletPort)),
+		Handler: mux,
+		// HTTP/1.1 only: exec upgrades the connection to SPDY, which HTTP/2 cannot.
+		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}},
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
@@ -71,6 +72,7 @@ func (a *Agent) kubeletMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })
 	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", a.handleContainerLogs)
+	mux.HandleFunc("/exec/{namespace}/{pod}/{container}", a.handleExec)
 	return mux
 }
 
