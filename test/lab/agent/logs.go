@@ -38,8 +38,9 @@ func (a *Agent) nodeAllocatable() corev1.ResourceList {
 }
 
 // serveKubelet serves the part of the kubelet API the API server uses for
-// `kubectl logs`: GET /containerLogs/{namespace}/{pod}/{container} with
-// follow, tailLines and limitBytes, over HTTPS with a self-signed certificate
+// `kubectl logs` (GET /containerLogs/{namespace}/{pod}/{container} with
+// follow, tailLines, limitBytes and previous) and `kubectl exec`
+// (/exec/{namespace}/{pod}/{container}), over HTTPS with a self-signed certificate
 // (the API server does not verify kubelet certificates unless it is given
 // --kubelet-certificate-authority).
 func (a *Agent) serveKubelet(ctx context.Context) error {
