@@ -320,6 +320,11 @@ func (w *podWorker) finish() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		w.a.net.Teardown(ctx, w.uid)
+		// The status keeps showing the address, as in Kubernetes, but it is
+		// free for new pods (completed Job pods must not exhaust the CIDR).
+		if err := w.a.ipam.Release(string(w.uid)); err != nil {
+			w.log.Error(err, "Releasing pod address failed")
+		}
 	}
 }
 
