@@ -1,16 +1,174 @@
 package main
 
 import (
-	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
+	"go.uber.org/zap/zapcore"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/ironlb/ironlb/internal/layer2"
+	"github.com/ironlb/ironlb/internal/membership"
+	"github.com/ironlb/ironlb/speaker"
 )
 
-// TODO(speaker): replace with the real subcommand (owner: the speaker work).
-func newSpeakerCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "speaker",
-		Short: "run the speaker (not built yet)",
-		RunE:  func(*cobra.Command, []string) error { return errors.New("speaker: not built yet") },
+// envOr returns the environment variable's value, or def when unset. Flags
+// take their defaults from MetalLB's environment variables, so the same Pod
+// spec works; an explicit flag wins over the environment.
+func speakerEnv(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
 	}
+	return def
+}
+
+func speakerEnvInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}
+
+func newSpeakerCommand() *cobra.Command {
+	var (
+		o             speaker.Options
+		logLevel      string
+		metricsPort   int
+		healthPort    int
+		excludeIfaces []string
+		ml            = membership.DefaultOptions()
+		l2            layer2.Options
+		kubeconfig    string
+	)
+	cmd := &cobra.Command{
+		Use:   "speaker",
+		Short: "answer ARP/NDP for the Service IPs this node is elected to announce",
+		Long: `The speaker runs on every node (DaemonSet, hostNetwork, NET_RAW). It joins the other
+speakers over memberlist, elects for each Service IP one announcer among the live
+nodes that an L2Advertisement allows (smallest sha256(node#ip), as MetalLB), answers
+ARP (IPv4) and NDP (IPv6) for the IPs this node wins, sends gratuitous announcements
+on takeover, and keeps ServiceL2Status objects current.
+
+Every flag defaults to the MetalLB environment variable named in its help, so a
+MetalLB speaker Pod spec works unchanged.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			lvl, err := speakerLogLevel(logLevel)
+			if err != nil {
+				return err
+			}
+			logger := zap.New(zap.Level(lvl))
+			ctrl.SetLogger(logger)
+			o.Logger = logger
+			o.Membership = ml
+			if metricsPort > 0 {
+				o.MetricsBindAddress = fmt.Sprintf(":%d", metricsPort)
+			} else {
+				o.MetricsBindAddress = "0"
+			}
+			if healthPort > 0 {
+				o.HealthProbeBindAddress = fmt.Sprintf(":%d", healthPort)
+			}
+			if l2.ExcludeInterfaces, err = layer2.CompileExcludes(excludeIfaces); err != nil {
+				return fmt.Errorf("--exclude-interfaces: %w", err)
+			}
+			o.Layer2 = l2
+			if kubeconfig != "" {
+				if o.RestConfig, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
+					return fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
+				}
+			}
+			return speaker.Run(ctrl.SetupSignalHandler(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.NodeName, "node-name", os.Getenv("METALLB_NODE_NAME"),
+		"name of this node (env METALLB_NODE_NAME, from spec.nodeName); also the memberlist member name")
+	f.StringVar(&o.HostIP, "host", os.Getenv("METALLB_HOST"),
+		"this node's IP (env METALLB_HOST, from status.hostIP); advertised to peers when --ml-bindaddr is a wildcard")
+	f.StringVar(&o.Namespace, "namespace", os.Getenv("METALLB_NAMESPACE"),
+		"install namespace (env METALLB_NAMESPACE): pools, advertisements, ServiceL2Status, speaker Pods and the memberlist Secret are read there only")
+	f.StringVar(&o.PodName, "pod-name", os.Getenv("METALLB_POD_NAME"),
+		"this speaker's Pod name (env METALLB_POD_NAME); owner of its ServiceL2Status objects, and skipped in the peer list")
+	f.StringVar(&o.LoadBalancerClass, "lb-class", speakerEnv("METALLB_LB_CLASS", ""),
+		"handle only Services with this spec.loadBalancerClass; empty handles Services without a class (as MetalLB's --lb-class)")
+	f.BoolVar(&o.IgnoreExcludeLB, "ignore-exclude-lb", false,
+		"also announce from nodes labelled node.kubernetes.io/exclude-from-external-load-balancers")
+	f.StringVar(&kubeconfig, "kubeconfig", "",
+		"kubeconfig file; default: in-cluster service account, then $KUBECONFIG, then ~/.kube/config")
+	f.StringVar(&logLevel, "log-level", speakerEnv("METALLB_LOG_LEVEL", "info"), "log level: all, debug, info, warn, error or none")
+	f.IntVar(&metricsPort, "port", speakerEnvInt("METALLB_METRICS_PORT", 9120),
+		"Prometheus metrics port (HTTPS with Kubernetes authentication and authorization unless --metrics-secure=false); 0 disables")
+	f.BoolVar(&o.MetricsSecure, "metrics-secure", true, "serve metrics over HTTPS with authn/authz (false: plain HTTP)")
+	f.IntVar(&healthPort, "health-probe-port", speakerEnvInt("METALLB_HEALTH_PROBE_PORT", 17472), "port of /healthz and /readyz; 0 disables")
+
+	// memberlist
+	f.BoolVar(&o.DisableMemberlist, "disable-memberlist", false,
+		"do not run memberlist: every node from the Node list is a candidate (failover then waits for Kubernetes node lifecycle)")
+	f.StringVar(&o.MLBindAddr, "ml-bindaddr", speakerEnv("METALLB_ML_BIND_ADDR", "0.0.0.0"),
+		"memberlist bind address (env METALLB_ML_BIND_ADDR, usually status.podIP = the host IP)")
+	f.IntVar(&o.MLBindPort, "ml-bindport", speakerEnvInt("METALLB_ML_BIND_PORT", membership.DefaultPort),
+		"memberlist port, UDP and TCP (env METALLB_ML_BIND_PORT)")
+	f.StringVar(&o.MLLabels, "ml-labels", speakerEnv("METALLB_ML_LABELS", speaker.DefaultSpeakerLabels),
+		"label selector of the speaker Pods whose IPs are the memberlist peers (env METALLB_ML_LABELS)")
+	f.StringVar(&o.MLSecretKeyPath, "ml-secret-key-path", os.Getenv("METALLB_ML_SECRET_KEY_PATH"),
+		"directory (or file) holding the memberlist Secret's 'secretkey' (env METALLB_ML_SECRET_KEY_PATH); the key encrypts and authenticates memberlist traffic")
+	f.StringVar(&o.MLSecretName, "ml-secret-name", os.Getenv("METALLB_ML_SECRET_NAME"),
+		"memberlist Secret read through the API when no key file is mounted, and watched for key rotation (env METALLB_ML_SECRET_NAME)")
+	f.DurationVar(&ml.ProbeInterval, "ml-probe-interval", ml.ProbeInterval,
+		"memberlist: each member probes one other member this often; with --ml-suspicion-mult it sets failover time")
+	f.DurationVar(&ml.ProbeTimeout, "ml-probe-timeout", ml.ProbeTimeout,
+		"memberlist: wait this long for a direct ack before asking other members to probe indirectly (must be < probe interval)")
+	f.IntVar(&ml.SuspicionMult, "ml-suspicion-mult", ml.SuspicionMult,
+		"memberlist: a suspect member has suspicion-mult x probe-interval (x log10(members) from 10 members) to refute before it is declared dead")
+	f.IntVar(&ml.SuspicionMaxTimeoutMult, "ml-suspicion-max-timeout-mult", ml.SuspicionMaxTimeoutMult,
+		"memberlist: the suspicion timer starts at this multiple of its minimum and shrinks as other members confirm (false-positive guard)")
+	f.IntVar(&ml.IndirectChecks, "ml-indirect-checks", ml.IndirectChecks, "memberlist: members asked to probe a member that missed a direct ack")
+	f.DurationVar(&ml.GossipInterval, "ml-gossip-interval", ml.GossipInterval, "memberlist: how often suspect/dead/alive messages are gossiped")
+	f.IntVar(&ml.GossipNodes, "ml-gossip-nodes", ml.GossipNodes, "memberlist: members gossiped to per interval")
+	f.IntVar(&ml.RetransmitMult, "ml-retransmit-mult", ml.RetransmitMult, "memberlist: each message is retransmitted retransmit-mult x ceil(log10(members+1)) times")
+	f.DurationVar(&ml.PushPullInterval, "ml-push-pull-interval", ml.PushPullInterval, "memberlist: full state exchange with a random member this often")
+	f.IntVar(&ml.AwarenessMaxMultiplier, "ml-awareness-max-multiplier", ml.AwarenessMaxMultiplier,
+		"memberlist: how far a CPU-starved member may stretch its own probe timeouts (Lifeguard) instead of accusing others")
+	f.DurationVar(&ml.RejoinInterval, "ml-rejoin-interval", ml.RejoinInterval,
+		"re-join speaker Pods that are not members this often (heals partitions)")
+	f.DurationVar(&ml.LeaveTimeout, "ml-leave-timeout", ml.LeaveTimeout,
+		"on SIGTERM, wait at most this long for the memberlist leave to reach peers (they take over at once)")
+
+	f.DurationVar(&o.LeaveGrace, "leave-grace", 500*time.Millisecond,
+		"on SIGTERM, keep answering ARP/NDP this long after leaving the memberlist, so the new owner has taken over before this node goes quiet (pod terminationGracePeriodSeconds must cover ml-leave-timeout + this + a few seconds)")
+
+	// layer 2
+	f.IntVar(&l2.GratuitousCount, "garp-count", 5,
+		"gratuitous ARP / unsolicited NA bursts sent when this node takes over an IP (first at once); negative: none")
+	f.DurationVar(&l2.GratuitousInterval, "garp-interval", 1100*time.Millisecond,
+		"spacing of the takeover bursts (> 1 s so one lands after old kernels' ARP locktime)")
+	f.DurationVar(&l2.RefreshInterval, "garp-refresh-interval", 0,
+		"if > 0, repeat a gratuitous burst this often while owning an IP (switches with short FDB ageing)")
+	f.StringSliceVar(&excludeIfaces, "exclude-interfaces", layer2.DefaultExcludeInterfaces,
+		"regular expressions of interface names never announced on (MetalLB's excludel2 defaults)")
+	return cmd
+}
+
+func speakerLogLevel(s string) (zapcore.Level, error) {
+	switch strings.ToLower(s) {
+	case "all":
+		return zapcore.Level(-10), nil // every logr V-level
+	case "debug":
+		return zapcore.DebugLevel, nil
+	case "info", "":
+		return zapcore.InfoLevel, nil
+	case "warn":
+		return zapcore.WarnLevel, nil
+	case "error":
+		return zapcore.ErrorLevel, nil
+	case "none":
+		return zapcore.FatalLevel, nil
+	}
+	return 0, fmt.Errorf("--log-level %q: want all, debug, info, warn, error or none", s)
 }

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// The flags take MetalLB's environment variables as defaults, and explicit
+// flags win over them.
+func TestSpeakerFlagsFromEnvironment(t *testing.T) {
+	t.Setenv("METALLB_NODE_NAME", "myk8s-worker")
+	t.Setenv("METALLB_HOST", "172.18.0.3")
+	t.Setenv("METALLB_NAMESPACE", "metallb-system")
+	t.Setenv("METALLB_POD_NAME", "speaker-abcde")
+	t.Setenv("METALLB_ML_BIND_ADDR", "172.18.0.3")
+	t.Setenv("METALLB_ML_BIND_PORT", "7947")
+	t.Setenv("METALLB_ML_LABELS", "app=speaker")
+	t.Setenv("METALLB_ML_SECRET_KEY_PATH", "/etc/ml_secret_key")
+
+	cmd := newSpeakerCommand()
+	if err := cmd.ParseFlags([]string{"--ml-bindport=7950", "--ml-probe-interval=300ms"}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"node-name":          "myk8s-worker",
+		"host":               "172.18.0.3",
+		"namespace":          "metallb-system",
+		"pod-name":           "speaker-abcde",
+		"ml-bindaddr":        "172.18.0.3",
+		"ml-bindport":        "7950", // the flag wins over the environment
+		"ml-labels":          "app=speaker",
+		"ml-secret-key-path": "/etc/ml_secret_key",
+		"ml-probe-interval":  (300 * time.Millisecond).String(),
+		"garp-interval":      (1100 * time.Millisecond).String(),
+	}
+	for name, v := range want {
+		f := cmd.Flags().Lookup(name)
+		if f == nil {
+			t.Errorf("flag --%s missing", name)
+			continue
+		}
+		if f.Value.String() != v {
+			t.Errorf("--%s = %q, want %q", name, f.Value.String(), v)
+		}
+	}
+}
+
+// Every flag explains itself in --help.
+func TestSpeakerFlagsHaveHelp(t *testing.T) {
+	cmd := newSpeakerCommand()
+	usage := cmd.Flags().FlagUsages()
+	for _, line := range strings.Split(strings.TrimSpace(usage), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 3 {
+			t.Errorf("flag without help text: %q", line)
+		}
+	}
+}
+
+func TestSpeakerLogLevel(t *testing.T) {
+	for _, ok := range []string{"all", "debug", "info", "warn", "error", "none", "INFO"} {
+		if _, err := speakerLogLevel(ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	if _, err := speakerLogLevel("loud"); err == nil {
+		t.Error("unknown level accepted")
+	}
+}

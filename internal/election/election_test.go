@@ -1,0 +1,481 @@
+package election
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"math/rand"
+	"reflect"
+	"slices"
+	"testing"
+	"testing/quick"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/ironlb/ironlb/internal/config"
+)
+
+func node(name string, lbls map[string]string, networkUnavailable bool) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: lbls}}
+	if networkUnavailable {
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionTrue}}
+	}
+	return n
+}
+
+func nodes(ns ...*corev1.Node) map[string]*corev1.Node {
+	m := map[string]*corev1.Node{}
+	for _, n := range ns {
+		m[n.Name] = n
+	}
+	return m
+}
+
+func ptr[T any](v T) *T { return &v }
+
+type ep struct {
+	node           string
+	ready, serving *bool
+}
+
+func slice(eps ...ep) *discoveryv1.EndpointSlice {
+	s := &discoveryv1.EndpointSlice{}
+	for _, e := range eps {
+		var nn *string
+		if e.node != "" {
+			nn = ptr(e.node)
+		}
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{
+			Addresses:  []string{"10.10.1.5"},
+			NodeName:   nn,
+			Conditions: discoveryv1.EndpointConditions{Ready: e.ready, Serving: e.serving},
+		})
+	}
+	return s
+}
+
+func sel(t testing.TB, s string) labels.Selector {
+	t.Helper()
+	out, err := labels.Parse(s)
+	if err != nil {
+		t.Fatalf("parse selector %q: %v", s, err)
+	}
+	return out
+}
+
+func ad(name string, pools []string, nodeSel []labels.Selector, ifaces []string, svcSel []labels.Selector) *config.L2Advertisement {
+	return &config.L2Advertisement{Name: name, Pools: sets.New(pools...), NodeSelectors: nodeSel, Interfaces: ifaces, ServiceSelectors: svcSel}
+}
+
+func svc(etp corev1.ServiceExternalTrafficPolicy, lbls, annotations map[string]string) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns1", Name: "svc1", Labels: lbls, Annotations: annotations},
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, ExternalTrafficPolicy: etp},
+	}
+}
+
+// bruteWinner is the rule written out independently: smallest hash wins.
+func bruteWinner(ip string, ns []string) string {
+	best := ""
+	var bestHex string
+	for _, n := range ns {
+		h := fmt.Sprintf("%x", sha256.Sum256([]byte(n+"#"+ip)))
+		if best == "" || h < bestHex {
+			best, bestHex = n, h
+		}
+	}
+	return best
+}
+
+func TestWinnerMatchesRule(t *testing.T) {
+	ns := []string{"myk8s-control-plane", "myk8s-worker", "myk8s-worker2", "myk8s-worker3"}
+	for _, ip := range []string{"172.18.255.200", "172.18.255.201", "fc00:f853:ccd:e799::1", "10.0.0.1"} {
+		want := bruteWinner(ip, ns)
+		if got := Winner(ip, ns); got != want {
+			t.Errorf("Winner(%q) = %q, want %q", ip, got, want)
+		}
+		if got := Rank(ip, ns)[0]; got != want {
+			t.Errorf("Rank(%q)[0] = %q, want %q", ip, got, want)
+		}
+	}
+	if got := Winner("1.2.3.4", nil); got != "" {
+		t.Errorf("Winner(no nodes) = %q, want empty", got)
+	}
+}
+
+func TestRankDeduplicates(t *testing.T) {
+	got := Rank("1.2.3.4", []string{"a", "b", "a", "c", "b"})
+	if len(got) != 3 {
+		t.Fatalf("Rank kept duplicates: %v", got)
+	}
+}
+
+// Removing a node that is not the winner never moves the IP; removing the winner
+// moves it to the runner-up (the documented MetalLB behaviour).
+func TestRankStability(t *testing.T) {
+	ns := []string{"n1", "n2", "n3", "n4", "n5"}
+	for i := 0; i < 50; i++ {
+		ip := fmt.Sprintf("192.168.1.%d", i)
+		r := Rank(ip, ns)
+		for _, gone := range r[1:] {
+			rest := slices.DeleteFunc(slices.Clone(ns), func(n string) bool { return n == gone })
+			if w := Winner(ip, rest); w != r[0] {
+				t.Fatalf("ip %s: removing non-winner %s moved winner %s -> %s", ip, gone, r[0], w)
+			}
+		}
+		rest := slices.DeleteFunc(slices.Clone(ns), func(n string) bool { return n == r[0] })
+		if w := Winner(ip, rest); w != r[1] {
+			t.Fatalf("ip %s: removing winner %s gave %s, want runner-up %s", ip, r[0], w, r[1])
+		}
+	}
+}
+
+func TestCandidates(t *testing.T) {
+	const ip = "172.18.255.200"
+	all := []string{"cp", "w1", "w2", "w3"}
+	baseNodes := nodes(
+		node("cp", map[string]string{"role": "cp"}, false),
+		node("w1", map[string]string{"role": "worker", "zone": "a"}, false),
+		node("w2", map[string]string{"role": "worker", "zone": "b"}, false),
+		node("w3", map[string]string{"role": "worker", "zone": "b"}, false),
+	)
+	ready := []*discoveryv1.EndpointSlice{slice(ep{node: "w2", ready: ptr(true)})}
+	cluster := svc(corev1.ServiceExternalTrafficPolicyCluster, map[string]string{"app": "web"}, nil)
+	local := svc(corev1.ServiceExternalTrafficPolicyLocal, map[string]string{"app": "web"}, nil)
+	allAd := []*config.L2Advertisement{ad("all", []string{"p1"}, nil, nil, nil)}
+
+	tests := []struct {
+		name       string
+		in         Input
+		want       []string // as a set; order is checked against Rank
+		wantReason string
+	}{
+		{
+			name: "cluster policy: every live member",
+			in:   Input{Service: cluster, Pool: "p1", Advertisements: allAd, Nodes: baseNodes, Members: all, EndpointSlices: ready},
+			want: all,
+		},
+		{
+			name: "only live members",
+			in:   Input{Service: cluster, Pool: "p1", Advertisements: allAd, Nodes: baseNodes, Members: []string{"w1", "w3"}, EndpointSlices: ready},
+			want: []string{"w1", "w3"},
+		},
+		{
+			name: "member without Node object is skipped",
+			in:   Input{Service: cluster, Pool: "p1", Advertisements: allAd, Nodes: baseNodes, Members: []string{"w1", "ghost"}, EndpointSlices: ready},
+			want: []string{"w1"},
+		},
+		{
+			name:       "no endpoints at all",
+			in:         Input{Service: cluster, Pool: "p1", Advertisements: allAd, Nodes: baseNodes, Members: all},
+			wantReason: ReasonNoReadyEndpoints,
+		},
+		{
+			name: "only not-ready endpoints",
+			in: Input{Service: cluster, Pool: "p1", Advertisements: allAd, Nodes: baseNodes, Members: all,
+				EndpointSlices: []*discoveryv1.EndpointSlice{slice(ep{node: "w1", ready: ptr(false)}, ep{node: "w2", ready: ptr(false), serving: ptr(false)})}},
+			wantReason: ReasonNoReadyEndpoints,
+		},
+		{
+			name: "terminating but serving endpoint counts",
+			in: Input{Service: cluster, Pool: "p1", Advertisements: allAd, Nodes: baseNodes, Members: all,
+				EndpointSlices: []*discoveryv1.EndpointSlice{slice(ep{node: "w1", ready: ptr(false), serving: ptr(true)})}},
+			want: all,
+		},
+		{
+			name: "unset ready counts as ready",
+			in: Input{Service: cluster, Pool: "p1", Advertisements: allAd, Nodes: baseNodes, Members: all,
+				EndpointSlices: []*discoveryv1.EndpointSlice{slice(ep{node: "w1"})}},
+			want: all,
+		},
+		{
+			name: "ETP Local: only nodes with a serving endpoint",
+			in: Input{Service: local, Pool: "p1", Advertisements: allAd, Nodes: baseNodes, Members: all,
+				EndpointSlices: []*discoveryv1.EndpointSlice{
+					slice(ep{node: "w1", ready: ptr(true)}, ep{node: "w2", ready: ptr(false)}),
+					slice(ep{node: "w3", ready: ptr(false), serving: ptr(true)}),
+				}},
+			want: []string{"w1", "w3"},
+		},
+		{
+			name: "ETP Local: endpoint on a node that is not a member",
+			in: Input{Service: local, Pool: "p1", Advertisements: allAd, Nodes: baseNodes, Members: []string{"w1", "w3"},
+				EndpointSlices: []*discoveryv1.EndpointSlice{slice(ep{node: "w2", ready: ptr(true)})}},
+			wantReason: ReasonNoCandidates,
+		},
+		{
+			name: "ETP Local: endpoint without nodeName gives no candidate",
+			in: Input{Service: local, Pool: "p1", Advertisements: allAd, Nodes: baseNodes, Members: all,
+				EndpointSlices: []*discoveryv1.EndpointSlice{slice(ep{ready: ptr(true)})}},
+			wantReason: ReasonNoCandidates,
+		},
+		{
+			name: "node selectors restrict candidates (OR across selectors and ads)",
+			in: Input{Service: cluster, Pool: "p1", Nodes: baseNodes, Members: all, EndpointSlices: ready,
+				Advertisements: []*config.L2Advertisement{
+					ad("a", []string{"p1"}, []labels.Selector{sel(t, "zone=a")}, nil, nil),
+					ad("b", []string{"p1"}, []labels.Selector{sel(t, "role=cp")}, nil, nil),
+				}},
+			want: []string{"w1", "cp"},
+		},
+		{
+			name: "advertisement of another pool does not count",
+			in: Input{Service: cluster, Pool: "p1", Nodes: baseNodes, Members: all, EndpointSlices: ready,
+				Advertisements: []*config.L2Advertisement{ad("other", []string{"p2"}, nil, nil, nil)}},
+			wantReason: ReasonNoMatchingAdvertisement,
+		},
+		{
+			name: "service selector not matching",
+			in: Input{Service: cluster, Pool: "p1", Nodes: baseNodes, Members: all, EndpointSlices: ready,
+				Advertisements: []*config.L2Advertisement{ad("a", []string{"p1"}, nil, nil, []labels.Selector{sel(t, "app=db")})}},
+			wantReason: ReasonNoMatchingAdvertisement,
+		},
+		{
+			name: "service selector matching",
+			in: Input{Service: cluster, Pool: "p1", Nodes: baseNodes, Members: all, EndpointSlices: ready,
+				Advertisements: []*config.L2Advertisement{ad("a", []string{"p1"}, []labels.Selector{sel(t, "zone=b")}, nil, []labels.Selector{sel(t, "app=db"), sel(t, "app=web")})}},
+			want: []string{"w2", "w3"},
+		},
+		{
+			name: "shared IP with a service-selecting advertisement",
+			in: Input{Service: svc(corev1.ServiceExternalTrafficPolicyCluster, map[string]string{"app": "web"}, map[string]string{AnnotationAllowSharedIP: "k"}),
+				Pool: "p1", Nodes: baseNodes, Members: all, EndpointSlices: ready,
+				Advertisements: []*config.L2Advertisement{ad("a", []string{"p1"}, nil, nil, []labels.Selector{sel(t, "app=web")})}},
+			wantReason: ReasonSharedIPWithServiceSelector,
+		},
+		{
+			name: "shared IP (deprecated key) without service selectors is fine",
+			in: Input{Service: svc(corev1.ServiceExternalTrafficPolicyCluster, nil, map[string]string{AnnotationAllowSharedIPDeprecated: "k"}),
+				Pool: "p1", Nodes: baseNodes, Members: all, EndpointSlices: ready, Advertisements: allAd},
+			want: all,
+		},
+		{
+			name: "excluded and network-unavailable nodes are dropped",
+			in: Input{Service: cluster, Pool: "p1", Advertisements: allAd, Members: all, EndpointSlices: ready,
+				Nodes: nodes(
+					node("cp", map[string]string{corev1.LabelNodeExcludeBalancers: ""}, false),
+					node("w1", nil, true),
+					node("w2", nil, false),
+					node("w3", map[string]string{corev1.LabelNodeExcludeBalancers: "true"}, false),
+				)},
+			want: []string{"w2"},
+		},
+		{
+			name: "IgnoreExcludeLB keeps labelled nodes",
+			in: Input{Service: cluster, Pool: "p1", Advertisements: allAd, Members: all, EndpointSlices: ready, IgnoreExcludeLB: true,
+				Nodes: nodes(
+					node("cp", map[string]string{corev1.LabelNodeExcludeBalancers: ""}, false),
+					node("w1", nil, true),
+					node("w2", nil, false),
+					node("w3", map[string]string{corev1.LabelNodeExcludeBalancers: "true"}, false),
+				)},
+			want: []string{"cp", "w2", "w3"},
+		},
+		{
+			name: "all excluded",
+			in: Input{Service: cluster, Pool: "p1", Advertisements: allAd, Members: []string{"w1"}, EndpointSlices: ready,
+				Nodes: nodes(node("w1", nil, true))},
+			wantReason: ReasonNoCandidates,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.in.KeyIP = ip
+			res := Candidates(tc.in)
+			if res.Reason != tc.wantReason {
+				t.Fatalf("reason = %q, want %q (candidates %v)", res.Reason, tc.wantReason, res.Candidates)
+			}
+			want := Rank(ip, tc.want)
+			if len(want) == 0 {
+				want = nil
+			}
+			if !reflect.DeepEqual(res.Candidates, want) {
+				t.Fatalf("candidates = %v, want %v", res.Candidates, want)
+			}
+		})
+	}
+}
+
+func TestDecide(t *testing.T) {
+	ns := nodes(node("w1", map[string]string{"zone": "a"}, false), node("w2", map[string]string{"zone": "b"}, false))
+	cluster := svc(corev1.ServiceExternalTrafficPolicyCluster, nil, nil)
+	ready := []*discoveryv1.EndpointSlice{slice(ep{node: "w1", ready: ptr(true)})}
+	ads := []*config.L2Advertisement{
+		ad("a1", []string{"p1"}, []labels.Selector{sel(t, "zone=a")}, []string{"eth1", "eth0"}, nil),
+		ad("a2", []string{"p1"}, []labels.Selector{sel(t, "zone=a")}, []string{"eth0"}, nil),
+		ad("b", []string{"p1"}, []labels.Selector{sel(t, "zone=b")}, nil, nil),
+	}
+	in := Input{Service: cluster, Pool: "p1", Advertisements: ads, Nodes: ns, Members: []string{"w1", "w2"}, EndpointSlices: ready}
+
+	// Find keys where each node wins, so both branches are covered.
+	for _, self := range []string{"w1", "w2"} {
+		var key string
+		for i := 0; ; i++ {
+			key = fmt.Sprintf("172.18.255.%d", i)
+			if Winner(key, []string{"w1", "w2"}) == self {
+				break
+			}
+		}
+		in.KeyIP = key
+		d := Decide(in, self)
+		if !d.Announce || d.Winner != self || d.Reason != "" {
+			t.Fatalf("Decide(%s, key %s) = %+v, want announce", self, key, d)
+		}
+		switch self {
+		case "w1":
+			if d.AllInterfaces || !reflect.DeepEqual(d.Interfaces, []string{"eth0", "eth1"}) {
+				t.Errorf("w1 interfaces = %v/%v, want [eth0 eth1]", d.AllInterfaces, d.Interfaces)
+			}
+		case "w2":
+			if !d.AllInterfaces {
+				t.Errorf("w2: want all interfaces, got %v", d.Interfaces)
+			}
+		}
+		other := map[string]string{"w1": "w2", "w2": "w1"}[self]
+		if d := Decide(in, other); d.Announce || d.Reason != ReasonNotOwner || d.Winner != self {
+			t.Errorf("Decide(%s) = %+v, want notOwner with winner %s", other, d, self)
+		}
+	}
+
+	// A node no advertisement selects never announces, even if it is a member.
+	ns["w3"] = node("w3", map[string]string{"zone": "c"}, false)
+	in.Members = []string{"w1", "w2", "w3"}
+	in.KeyIP = "172.18.255.200"
+	if d := Decide(in, "w3"); d.Announce || d.Reason != ReasonNoMatchingAdvertisement {
+		t.Errorf("Decide(w3) = %+v, want noMatchingAdvertisement", d)
+	}
+	// No endpoints: nobody announces.
+	in.EndpointSlices = nil
+	for _, self := range in.Members {
+		if d := Decide(in, self); d.Announce || d.Reason != ReasonNoReadyEndpoints {
+			t.Errorf("Decide(%s) without endpoints = %+v", self, d)
+		}
+	}
+}
+
+// Dual-stack and shared IPs move together because only the key IP counts: the
+// same key gives the same winner whatever other IPs the Service has.
+func TestWinnerDependsOnlyOnKey(t *testing.T) {
+	ns := []string{"a", "b", "c", "d"}
+	seen := map[string]bool{}
+	for i := 0; i < 64; i++ {
+		seen[Winner(fmt.Sprintf("10.0.0.%d", i), ns)] = true
+	}
+	if len(seen) < 3 {
+		t.Errorf("64 keys spread over only %d of 4 nodes: %v", len(seen), seen)
+	}
+}
+
+// Permutation invariance: shuffling members, nodes, advertisements, slices and
+// endpoints never changes the candidates or their order.
+func TestPermutationInvariance(t *testing.T) {
+	f := func(seed int64, nNodes uint8, ipByte uint8, local bool) bool {
+		rnd := rand.New(rand.NewSource(seed))
+		n := int(nNodes%12) + 1
+		ns := map[string]*corev1.Node{}
+		var members []string
+		var eps []ep
+		for i := 0; i < n; i++ {
+			name := fmt.Sprintf("node-%d", i)
+			lbls := map[string]string{"zone": []string{"a", "b", "c"}[rnd.Intn(3)]}
+			if rnd.Intn(6) == 0 {
+				lbls[corev1.LabelNodeExcludeBalancers] = ""
+			}
+			ns[name] = node(name, lbls, rnd.Intn(7) == 0)
+			if rnd.Intn(5) != 0 {
+				members = append(members, name)
+			}
+			if rnd.Intn(2) == 0 {
+				eps = append(eps, ep{node: name, ready: ptr(rnd.Intn(3) != 0)})
+			}
+		}
+		etp := corev1.ServiceExternalTrafficPolicyCluster
+		if local {
+			etp = corev1.ServiceExternalTrafficPolicyLocal
+		}
+		ads := []*config.L2Advertisement{
+			ad("x", []string{"p1"}, []labels.Selector{labels.SelectorFromSet(labels.Set{"zone": "a"})}, nil, nil),
+			ad("y", []string{"p1"}, []labels.Selector{labels.SelectorFromSet(labels.Set{"zone": "b"})}, []string{"eth0"}, nil),
+			ad("z", []string{"p2"}, nil, nil, nil),
+		}
+		var slices1 []*discoveryv1.EndpointSlice
+		for i := 0; i < len(eps); i += 2 {
+			slices1 = append(slices1, slice(eps[i:min(i+2, len(eps))]...))
+		}
+		in := Input{KeyIP: fmt.Sprintf("172.18.255.%d", ipByte), Service: svc(etp, nil, nil), Pool: "p1",
+			Advertisements: ads, Nodes: ns, Members: members, EndpointSlices: slices1}
+		want := Candidates(in)
+
+		for k := 0; k < 5; k++ {
+			p := in
+			p.Members = shuffled(rnd, members)
+			p.Advertisements = shuffled(rnd, ads)
+			p.EndpointSlices = nil
+			for _, s := range shuffled(rnd, slices1) {
+				c := s.DeepCopy()
+				rnd.Shuffle(len(c.Endpoints), func(i, j int) { c.Endpoints[i], c.Endpoints[j] = c.Endpoints[j], c.Endpoints[i] })
+				p.EndpointSlices = append(p.EndpointSlices, c)
+			}
+			got := Candidates(p)
+			if got.Reason != want.Reason || !reflect.DeepEqual(got.Candidates, want.Candidates) {
+				t.Logf("seed %d: %v/%q vs %v/%q", seed, got.Candidates, got.Reason, want.Candidates, want.Reason)
+				return false
+			}
+			for _, self := range members {
+				if Decide(p, self).Announce != (len(want.Candidates) > 0 && want.Candidates[0] == self) {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	if err := quick.Check(f, &quick.Config{MaxCount: 300}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func shuffled[T any](rnd *rand.Rand, in []T) []T {
+	out := slices.Clone(in)
+	rnd.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
+}
+
+// FuzzWinner checks Winner against the written-out rule and the order
+// independence of Rank for arbitrary names and keys.
+func FuzzWinner(f *testing.F) {
+	f.Add("172.18.255.200", "myk8s-worker", "myk8s-worker2", "myk8s-worker3", int64(1))
+	f.Add("fc00::1", "a", "a", "", int64(7))
+	f.Fuzz(func(t *testing.T, ip, a, b, c string, seed int64) {
+		ns := []string{a, b, c}
+		ns = slices.DeleteFunc(ns, func(s string) bool { return s == "" })
+		want := bruteWinner(ip, ns)
+		if got := Winner(ip, ns); got != want && !bruteTie(ip, ns) {
+			t.Fatalf("Winner(%q, %q) = %q, want %q", ip, ns, got, want)
+		}
+		r1 := Rank(ip, ns)
+		r2 := Rank(ip, shuffled(rand.New(rand.NewSource(seed)), ns))
+		if !reflect.DeepEqual(r1, r2) {
+			t.Fatalf("Rank not order independent: %v vs %v", r1, r2)
+		}
+		if len(r1) > 0 && r1[0] != Winner(ip, ns) {
+			t.Fatalf("Rank[0] %q != Winner %q", r1[0], Winner(ip, ns))
+		}
+	})
+}
+
+// bruteTie reports whether two different names hash equally (only then may the
+// brute force and Winner disagree, on the name tie-break).
+func bruteTie(ip string, ns []string) bool {
+	seen := map[[32]byte]string{}
+	for _, n := range ns {
+		h := sha256.Sum256([]byte(n + "#" + ip))
+		if o, ok := seen[h]; ok && o != n {
+			return true
+		}
+		seen[h] = n
+	}
+	return false
+}

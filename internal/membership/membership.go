@@ -1,0 +1,517 @@
+// Package membership tells a speaker which speakers are alive, fast.
+//
+// It wraps hashicorp/memberlist (SWIM gossip with Lifeguard) behind a small API:
+// Start, Join, Members, Events, and a graceful Leave when the context ends. The
+// memberlist is only a failure detector; nothing is stored in it. Its timings are
+// ironlb's main failover lever: the defaults in DefaultOptions were chosen by the
+// measurements in docs/benchmarks-speaker.md (BenchmarkFailover and
+// TestFalsePositivesUnderLoad in this package).
+package membership
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/hashicorp/memberlist"
+)
+
+// Options configure the memberlist. Zero durations and counts take the
+// DefaultOptions value.
+type Options struct {
+	// NodeName is this member's name: the Kubernetes node name, so that member
+	// names and Node objects line up in the election.
+	NodeName string
+	// BindAddr and BindPort: where to listen (UDP and TCP). Default 0.0.0.0:7946.
+	BindAddr string
+	BindPort int
+	// AdvertiseAddr is the address peers use to reach us (the host IP); empty
+	// lets memberlist pick the bind address or a private interface address.
+	AdvertiseAddr string
+	// SecretKey encrypts and authenticates all memberlist traffic. Any length:
+	// it is stretched to an AES-256 key with SecretKeyFromSecret. Peers with
+	// another key cannot talk to us and are never members. Empty disables
+	// encryption (not recommended; Start logs it).
+	SecretKey []byte
+
+	// ProbeInterval: how often each member probes one other member.
+	ProbeInterval time.Duration
+	// ProbeTimeout: how long to wait for a direct ack before asking others to
+	// probe indirectly. Must be well below ProbeInterval.
+	ProbeTimeout time.Duration
+	// SuspicionMult scales the time a suspect has to refute before it is
+	// declared dead: SuspicionMult * max(1, log10(members)) * ProbeInterval.
+	SuspicionMult int
+	// SuspicionMaxTimeoutMult: the suspicion timer starts at this multiple of
+	// the minimum and shrinks towards it as other members confirm the suspicion.
+	SuspicionMaxTimeoutMult int
+	// IndirectChecks: members asked to probe a member that missed a direct ack.
+	IndirectChecks int
+	// GossipInterval and GossipNodes: how often, and to how many members,
+	// queued messages (suspect, dead, alive) are gossiped.
+	GossipInterval time.Duration
+	GossipNodes    int
+	// RetransmitMult: each message is retransmitted RetransmitMult *
+	// ceil(log10(members+1)) times.
+	RetransmitMult int
+	// PushPullInterval: full state exchange with one random member.
+	PushPullInterval time.Duration
+	// AwarenessMaxMultiplier bounds how far Lifeguard stretches probe timeouts
+	// when this member itself is slow (CPU starved): the false-positive guard.
+	AwarenessMaxMultiplier int
+	// TCPTimeout bounds TCP fallback probes, joins and push/pull.
+	TCPTimeout time.Duration
+	// RejoinInterval: how often known peers that are not members are joined
+	// again, which heals partitions. Default 5s.
+	RejoinInterval time.Duration
+	// LeaveTimeout: how long a graceful Leave waits for its broadcast to go out.
+	LeaveTimeout time.Duration
+
+	// transport replaces the UDP/TCP transport; tests use it to blackhole a
+	// member as a dead host would.
+	transport memberlist.Transport
+}
+
+// DefaultPort is memberlist's (and MetalLB's) port.
+const DefaultPort = 7946
+
+// DefaultOptions returns the tuned defaults. Failover target: a hard-killed
+// member is seen dead by every survivor within p50 <= 1 s, p99 <= 2 s; and no
+// live member is declared dead with both cores saturated. See
+// docs/benchmarks-speaker.md for the measurements behind each number.
+func DefaultOptions() Options {
+	return Options{
+		BindAddr: "0.0.0.0",
+		BindPort: DefaultPort,
+		// BenchmarkFailover: kill seen by all survivors p50 0.59 s, p99
+		// 0.75-0.95 s (3 and 5 members); TestFalsePositivesUnderLoad: no
+		// false death in 2 x 2 min with both cores saturated.
+		ProbeInterval:           100 * time.Millisecond,
+		ProbeTimeout:            50 * time.Millisecond,
+		SuspicionMult:           4,
+		SuspicionMaxTimeoutMult: 3,
+		IndirectChecks:          3,
+		GossipInterval:          50 * time.Millisecond,
+		GossipNodes:             3,
+		RetransmitMult:          4,
+		PushPullInterval:        15 * time.Second,
+		AwarenessMaxMultiplier:  8,
+		TCPTimeout:              2 * time.Second,
+		RejoinInterval:          5 * time.Second,
+		LeaveTimeout:            time.Second,
+	}
+}
+
+// withDefaults fills zero fields from DefaultOptions.
+func (o Options) withDefaults() Options {
+	d := DefaultOptions()
+	setDur := func(v *time.Duration, def time.Duration) {
+		if *v <= 0 {
+			*v = def
+		}
+	}
+	setInt := func(v *int, def int) {
+		if *v <= 0 {
+			*v = def
+		}
+	}
+	if o.BindAddr == "" {
+		o.BindAddr = d.BindAddr
+	}
+	if o.BindPort == 0 {
+		o.BindPort = d.BindPort
+	}
+	setDur(&o.ProbeInterval, d.ProbeInterval)
+	setDur(&o.ProbeTimeout, d.ProbeTimeout)
+	setInt(&o.SuspicionMult, d.SuspicionMult)
+	setInt(&o.SuspicionMaxTimeoutMult, d.SuspicionMaxTimeoutMult)
+	setInt(&o.IndirectChecks, d.IndirectChecks)
+	setDur(&o.GossipInterval, d.GossipInterval)
+	setInt(&o.GossipNodes, d.GossipNodes)
+	setInt(&o.RetransmitMult, d.RetransmitMult)
+	setDur(&o.PushPullInterval, d.PushPullInterval)
+	setInt(&o.AwarenessMaxMultiplier, d.AwarenessMaxMultiplier)
+	setDur(&o.TCPTimeout, d.TCPTimeout)
+	setDur(&o.RejoinInterval, d.RejoinInterval)
+	setDur(&o.LeaveTimeout, d.LeaveTimeout)
+	return o
+}
+
+// Validate reports options that cannot work, naming the option and value.
+func (o Options) Validate() error {
+	o = o.withDefaults()
+	var errs []error
+	if o.NodeName == "" {
+		errs = append(errs, errors.New("node name is empty"))
+	}
+	if o.BindPort < 0 || o.BindPort > 65535 {
+		errs = append(errs, fmt.Errorf("bind port %d is not a port number", o.BindPort))
+	}
+	if o.ProbeTimeout >= o.ProbeInterval {
+		errs = append(errs, fmt.Errorf("probe timeout %s must be shorter than probe interval %s", o.ProbeTimeout, o.ProbeInterval))
+	}
+	if o.SuspicionMaxTimeoutMult < 1 {
+		errs = append(errs, fmt.Errorf("suspicion max timeout multiplier %d must be >= 1", o.SuspicionMaxTimeoutMult))
+	}
+	return errors.Join(errs...)
+}
+
+// SecretKeyFromSecret turns the memberlist Secret's secretkey data (any length,
+// MetalLB's controller writes a long random string) into an AES-256 key. Every
+// speaker derives the same key from the same Secret.
+func SecretKeyFromSecret(data []byte) []byte {
+	if len(data) == 0 {
+		return nil
+	}
+	sum := sha256.Sum256(data)
+	return sum[:]
+}
+
+// EventType says what happened to a member.
+type EventType int
+
+const (
+	// EventJoin: a member became alive (joined or came back).
+	EventJoin EventType = iota
+	// EventLeave: a member left gracefully or was declared dead.
+	EventLeave
+	// EventUpdate: a member's metadata or address changed.
+	EventUpdate
+)
+
+func (t EventType) String() string {
+	switch t {
+	case EventJoin:
+		return "join"
+	case EventLeave:
+		return "leave"
+	case EventUpdate:
+		return "update"
+	}
+	return "unknown"
+}
+
+// Event is one membership change.
+type Event struct {
+	Type EventType
+	// Node is the member's name.
+	Node string
+	// Addr is the member's ip:port.
+	Addr string
+	// Time the event was raised (for latency measurements).
+	Time time.Time
+}
+
+// eventBuffer is deep enough for a whole cluster restarting at once.
+const eventBuffer = 1024
+
+// List is a running memberlist.
+type List struct {
+	log  logr.Logger
+	opts Options
+	ml   *memberlist.Memberlist
+	ev   chan Event
+	done chan struct{}
+
+	keyring *memberlist.Keyring
+
+	mu    sync.Mutex
+	peers []string // known peer addresses host:port, for rejoin
+
+	// crashed is set when the memberlist was shut down without leaving (tests
+	// simulating a crash); Leave would panic after Shutdown.
+	crashed atomic.Bool
+}
+
+// Interface is what the speaker needs from membership.
+type Interface interface {
+	// Members returns the names of the live members, this node included,
+	// sorted.
+	Members() []string
+	// Events delivers membership changes.
+	Events() <-chan Event
+	// SetPeers tells membership the addresses of all speakers (from the
+	// speaker Pods); those not yet members are joined now and periodically.
+	SetPeers(addrs []string)
+}
+
+var _ Interface = (*List)(nil)
+
+// Start creates the memberlist, bound and alive, and starts the rejoin loop.
+// When ctx ends, it leaves gracefully (peers see the departure at once rather
+// than after the suspicion timeout), shuts down, and closes Done.
+func Start(ctx context.Context, logger logr.Logger, opts Options) (*List, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("memberlist options: %w", err)
+	}
+	opts = opts.withDefaults()
+	l := &List{
+		log:  logger,
+		opts: opts,
+		ev:   make(chan Event, eventBuffer),
+		done: make(chan struct{}),
+	}
+
+	cfg := memberlist.DefaultLANConfig()
+	cfg.Name = opts.NodeName
+	cfg.BindAddr = opts.BindAddr
+	cfg.BindPort = opts.BindPort
+	cfg.AdvertisePort = opts.BindPort
+	if opts.AdvertiseAddr != "" {
+		cfg.AdvertiseAddr = opts.AdvertiseAddr
+	}
+	cfg.ProbeInterval = opts.ProbeInterval
+	cfg.ProbeTimeout = opts.ProbeTimeout
+	cfg.SuspicionMult = opts.SuspicionMult
+	cfg.SuspicionMaxTimeoutMult = opts.SuspicionMaxTimeoutMult
+	cfg.IndirectChecks = opts.IndirectChecks
+	cfg.GossipInterval = opts.GossipInterval
+	cfg.GossipNodes = opts.GossipNodes
+	cfg.RetransmitMult = opts.RetransmitMult
+	cfg.PushPullInterval = opts.PushPullInterval
+	cfg.AwarenessMaxMultiplier = opts.AwarenessMaxMultiplier
+	cfg.TCPTimeout = opts.TCPTimeout
+	// A dead member's name may come back at once (a restarted speaker on the
+	// same node with a new address, e.g. after a host IP change).
+	cfg.DeadNodeReclaimTime = time.Second
+	cfg.Events = eventDelegate{l}
+	cfg.Logger = log.New(&logWriter{log: logger.WithName("memberlist")}, "", 0)
+	if opts.transport != nil {
+		cfg.Transport = opts.transport
+	}
+	if len(opts.SecretKey) > 0 {
+		kr, err := memberlist.NewKeyring(nil, SecretKeyFromSecret(opts.SecretKey))
+		if err != nil {
+			return nil, fmt.Errorf("memberlist secret key: %w", err)
+		}
+		l.keyring = kr
+		cfg.Keyring = kr
+		cfg.GossipVerifyIncoming = true
+		cfg.GossipVerifyOutgoing = true
+	} else {
+		logger.Info("memberlist traffic is NOT encrypted: no secret key given")
+	}
+
+	ml, err := memberlist.Create(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("start memberlist on %s:%d as %q: %w", opts.BindAddr, opts.BindPort, opts.NodeName, err)
+	}
+	l.ml = ml
+	logger.Info("memberlist started", "node", opts.NodeName, "bindAddr", opts.BindAddr, "bindPort", opts.BindPort,
+		"probeInterval", opts.ProbeInterval, "probeTimeout", opts.ProbeTimeout, "suspicionMult", opts.SuspicionMult)
+	go l.run(ctx)
+	return l, nil
+}
+
+// Done is closed once the member has left and shut down after ctx ended.
+func (l *List) Done() <-chan struct{} { return l.done }
+
+// Events delivers membership changes. The channel is buffered; when a reader
+// falls behind by more than the buffer, further events are dropped, which is
+// harmless for a reader that re-reads Members after each event: events are
+// still queued, so it will look again after the drop.
+func (l *List) Events() <-chan Event { return l.ev }
+
+// Members returns the names of the members not dead or left (suspects are
+// included, as in MetalLB: a suspect usually refutes), sorted.
+func (l *List) Members() []string {
+	nodes := l.ml.Members()
+	out := make([]string, 0, len(nodes))
+	for _, n := range nodes {
+		out = append(out, n.Name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// SetSecretKey switches encryption to a new secret (the memberlist Secret was
+// rotated). Previous keys are kept for decryption, so members that have not
+// switched yet are still understood; the new key encrypts from now on. It is an
+// error to set a key when the list was started without encryption.
+func (l *List) SetSecretKey(secret []byte) error {
+	if l.keyring == nil {
+		return errors.New("memberlist was started without encryption; restart to enable it")
+	}
+	k := SecretKeyFromSecret(secret)
+	if len(k) == 0 {
+		return errors.New("empty memberlist secret key")
+	}
+	if bytes.Equal(l.keyring.GetPrimaryKey(), k) {
+		return nil
+	}
+	if err := l.keyring.AddKey(k); err != nil {
+		return fmt.Errorf("add memberlist key: %w", err)
+	}
+	if err := l.keyring.UseKey(k); err != nil {
+		return fmt.Errorf("use memberlist key: %w", err)
+	}
+	l.log.Info("memberlist key rotated", "keys", len(l.keyring.GetKeys()))
+	return nil
+}
+
+// NumMembers returns the number of members that are alive (not suspect).
+func (l *List) NumMembers() int { return l.ml.NumMembers() }
+
+// LocalAddr is the address peers reach this member on (ip:port).
+func (l *List) LocalAddr() string { return l.ml.LocalNode().Address() }
+
+// HealthScore is Lifeguard's local health: 0 is healthy; higher means this
+// member is missing acks (likely CPU starved) and is stretching its timeouts.
+func (l *List) HealthScore() int { return l.ml.GetHealthScore() }
+
+// Join contacts the given peers (host or host:port; default port BindPort) and
+// returns how many were reached.
+func (l *List) Join(addrs []string) (int, error) {
+	addrs = l.normalise(addrs)
+	if len(addrs) == 0 {
+		return 0, nil
+	}
+	n, err := l.ml.Join(addrs)
+	if err != nil {
+		return n, fmt.Errorf("join memberlist peers %v: %w", addrs, err)
+	}
+	return n, nil
+}
+
+// SetPeers records the addresses of all speakers and joins those that are not
+// members yet. The rejoin loop keeps retrying them, so a member that was
+// declared dead during a partition comes back when the partition heals.
+func (l *List) SetPeers(addrs []string) {
+	addrs = l.normalise(addrs)
+	l.mu.Lock()
+	changed := !slices.Equal(addrs, l.peers)
+	l.peers = addrs
+	l.mu.Unlock()
+	if changed {
+		l.rejoin()
+	}
+}
+
+// rejoin joins every known peer address that no live member has.
+func (l *List) rejoin() {
+	l.mu.Lock()
+	peers := slices.Clone(l.peers)
+	l.mu.Unlock()
+	have := map[string]bool{}
+	for _, n := range l.ml.Members() {
+		have[n.Address()] = true
+	}
+	self := l.LocalAddr()
+	var missing []string
+	for _, p := range peers {
+		if !have[p] && p != self {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) == 0 {
+		return
+	}
+	n, err := l.ml.Join(missing)
+	if err != nil {
+		// Expected for peers that are really gone; they stay in the list until
+		// the speaker Pod list drops them.
+		l.log.V(1).Info("rejoin: some peers unreachable", "peers", missing, "joined", n, "error", err.Error())
+		return
+	}
+	l.log.Info("rejoined peers", "peers", missing, "joined", n)
+}
+
+func (l *List) run(ctx context.Context) {
+	defer close(l.done)
+	t := time.NewTicker(l.opts.RejoinInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			l.leave()
+			return
+		case <-t.C:
+			l.rejoin()
+		}
+	}
+}
+
+// leave broadcasts our departure, so peers drop us immediately, then shuts the
+// memberlist down.
+func (l *List) leave() {
+	if l.crashed.Load() {
+		return
+	}
+	start := time.Now()
+	if err := l.ml.Leave(l.opts.LeaveTimeout); err != nil {
+		l.log.Error(err, "memberlist leave did not complete; peers will detect the departure by timeout", "timeout", l.opts.LeaveTimeout)
+	}
+	if err := l.ml.Shutdown(); err != nil {
+		l.log.Error(err, "memberlist shutdown")
+	}
+	l.log.Info("left memberlist", "took", time.Since(start))
+}
+
+func (l *List) normalise(addrs []string) []string {
+	out := make([]string, 0, len(addrs))
+	for _, a := range addrs {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			a = net.JoinHostPort(a, strconv.Itoa(l.opts.BindPort))
+		}
+		out = append(out, a)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// eventDelegate forwards memberlist callbacks without ever blocking them: the
+// callbacks run inside memberlist's state machine.
+type eventDelegate struct{ l *List }
+
+func (d eventDelegate) send(t EventType, n *memberlist.Node) {
+	e := Event{Type: t, Node: n.Name, Addr: n.Address(), Time: time.Now()}
+	select {
+	case d.l.ev <- e:
+	default:
+		d.l.log.Info("membership event dropped: reader behind", "event", t.String(), "member", n.Name)
+	}
+}
+
+func (d eventDelegate) NotifyJoin(n *memberlist.Node)   { d.send(EventJoin, n) }
+func (d eventDelegate) NotifyLeave(n *memberlist.Node)  { d.send(EventLeave, n) }
+func (d eventDelegate) NotifyUpdate(n *memberlist.Node) { d.send(EventUpdate, n) }
+
+// logWriter adapts memberlist's "[LEVEL] memberlist: msg" lines to logr.
+type logWriter struct{ log logr.Logger }
+
+func (w *logWriter) Write(p []byte) (int, error) {
+	line := string(bytes.TrimSpace(p))
+	level, msg := "", line
+	if strings.HasPrefix(line, "[") {
+		if i := strings.Index(line, "]"); i > 0 {
+			level, msg = line[1:i], strings.TrimSpace(line[i+1:])
+		}
+	}
+	msg = strings.TrimPrefix(msg, "memberlist: ")
+	switch level {
+	case "ERR", "ERROR":
+		w.log.Error(nil, msg)
+	case "WARN":
+		w.log.Info(msg, "level", "warn")
+	case "INFO":
+		w.log.Info(msg)
+	default:
+		w.log.V(1).Info(msg)
+	}
+	return len(p), nil
+}

@@ -1,0 +1,271 @@
+package membership
+
+import (
+	"context"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// testOptions are fast timings so the tests finish quickly; they are not the
+// defaults under test (BenchmarkFailover measures those).
+func testOptions(key string) Options {
+	o := DefaultOptions()
+	o.SecretKey = []byte(key)
+	o.RejoinInterval = 200 * time.Millisecond
+	return o
+}
+
+func TestThreeMembersConverge(t *testing.T) {
+	f := newFabric()
+	ms := startCluster(t, f, 3, testOptions("secret-A"), testLogger(t))
+	defer func() {
+		for _, m := range ms {
+			m.stop()
+		}
+	}()
+	waitMembers(t, ms, []string{"n1", "n2", "n3"}, 20*time.Second)
+
+	// Each member reported a join for each peer.
+	for _, m := range ms {
+		seen := map[string]bool{}
+		for _, e := range drain(m) {
+			if e.Type == EventJoin {
+				seen[e.Node] = true
+			}
+		}
+		for _, other := range []string{"n1", "n2", "n3"} {
+			if !seen[other] {
+				t.Errorf("%s: no join event for %s", m.name, other)
+			}
+		}
+	}
+}
+
+func TestDifferentKeysNeverMeet(t *testing.T) {
+	f := newFabric()
+	a := startCluster(t, f, 2, testOptions("secret-A"), testLogger(t))
+	stranger := startMember(t, f, "stranger", testOptions("secret-B"), testLogger(t))
+	defer func() {
+		for _, m := range append(a, stranger) {
+			m.stop()
+		}
+	}()
+	waitMembers(t, a, []string{"n1", "n2"}, 20*time.Second)
+
+	if n, err := stranger.list.Join([]string{a[0].addr}); err == nil {
+		t.Fatalf("join with the wrong key succeeded (%d reached)", n)
+	}
+	if n, err := a[0].list.Join([]string{stranger.addr}); err == nil {
+		t.Fatalf("join of a wrong-key peer succeeded (%d reached)", n)
+	}
+	// Also let the rejoin loops of both sides try a few times. This asserts an
+	// absence, so it can only wait a bounded time: 5 rejoin rounds.
+	for _, m := range a {
+		m.list.SetPeers([]string{a[0].addr, a[1].addr, stranger.addr})
+	}
+	stranger.list.SetPeers([]string{a[0].addr, a[1].addr, stranger.addr})
+	time.Sleep(5 * stranger.list.opts.RejoinInterval)
+	for _, m := range a {
+		if got := m.list.Members(); !slices.Equal(got, []string{"n1", "n2"}) {
+			t.Errorf("%s sees %v; the wrong-key stranger must not be a member", m.name, got)
+		}
+	}
+	if got := stranger.list.Members(); !slices.Equal(got, []string{"stranger"}) {
+		t.Errorf("stranger sees %v, want only itself", got)
+	}
+}
+
+// A graceful leave is seen at once, not after failure detection: with a
+// suspicion timeout of minutes, only the Leave broadcast can explain the event.
+func TestLeaveSeenImmediately(t *testing.T) {
+	o := testOptions("secret-A")
+	o.ProbeInterval = time.Second
+	o.ProbeTimeout = 500 * time.Millisecond
+	o.SuspicionMult = 200 // dead by timeout only after >= 200 s
+	f := newFabric()
+	ms := startCluster(t, f, 3, o, testLogger(t))
+	defer func() {
+		for _, m := range ms[:2] {
+			m.stop()
+		}
+	}()
+	waitMembers(t, ms, []string{"n1", "n2", "n3"}, 20*time.Second)
+	for _, m := range ms {
+		drain(m)
+	}
+	// Forget the leaver's address so the rejoin loop does not pull it back
+	// before it shuts down.
+	for _, m := range ms[:2] {
+		m.list.SetPeers([]string{ms[0].addr, ms[1].addr})
+	}
+	ms[2].stop()
+	waitLeave(t, ms[:2], "n3", 30*time.Second)
+	waitMembers(t, ms[:2], []string{"n1", "n2"}, 5*time.Second)
+}
+
+// A hard kill (no Leave, packets blackholed) is detected by failure detection
+// with the default timings.
+func TestKillSeen(t *testing.T) {
+	f := newFabric()
+	ms := startCluster(t, f, 3, testOptions("secret-A"), testLogger(t))
+	defer func() {
+		for _, m := range ms[:2] {
+			m.stop()
+		}
+	}()
+	waitMembers(t, ms, []string{"n1", "n2", "n3"}, 20*time.Second)
+	for _, m := range ms {
+		drain(m)
+	}
+	ms[2].kill(f)
+	waitLeave(t, ms[:2], "n3", 60*time.Second)
+	waitMembers(t, ms[:2], []string{"n1", "n2"}, 10*time.Second)
+}
+
+// After a partition heals, the rejoin loop makes the cluster whole again even
+// though memberlist itself never contacts dead members.
+func TestRejoinAfterPartition(t *testing.T) {
+	f := newFabric()
+	ms := startCluster(t, f, 3, testOptions("secret-A"), testLogger(t))
+	defer func() {
+		for _, m := range ms {
+			m.stop()
+		}
+	}()
+	waitMembers(t, ms, []string{"n1", "n2", "n3"}, 20*time.Second)
+	f.kill(ms[2].addr) // isolate n3, its process keeps running
+	waitMembers(t, ms[:2], []string{"n1", "n2"}, 60*time.Second)
+	waitMembers(t, ms[2:], []string{"n3"}, 60*time.Second)
+	f.revive(ms[2].addr)
+	waitMembers(t, ms, []string{"n1", "n2", "n3"}, 60*time.Second)
+}
+
+// The default path, without an injected transport: a real bind on a port.
+func TestStartRealTransport(t *testing.T) {
+	port := freePort(t)
+	o := DefaultOptions()
+	o.NodeName = "solo"
+	o.BindAddr = "127.0.0.1"
+	o.BindPort = port
+	o.SecretKey = []byte("k")
+	ctx, cancel := context.WithCancel(context.Background())
+	l, err := Start(ctx, testLogger(t), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Members(); !slices.Equal(got, []string{"solo"}) {
+		t.Errorf("members = %v", got)
+	}
+	if !strings.HasSuffix(l.LocalAddr(), ":"+strconv.Itoa(port)) {
+		t.Errorf("local addr %s, want port %d", l.LocalAddr(), port)
+	}
+	cancel()
+	select {
+	case <-l.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("leave/shutdown did not finish")
+	}
+}
+
+func TestValidate(t *testing.T) {
+	o := DefaultOptions()
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "node name") {
+		t.Errorf("empty node name: %v", err)
+	}
+	o.NodeName = "n"
+	o.ProbeTimeout = o.ProbeInterval
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "probe timeout") {
+		t.Errorf("probe timeout = interval: %v", err)
+	}
+}
+
+func TestSecretKeyFromSecret(t *testing.T) {
+	if SecretKeyFromSecret(nil) != nil {
+		t.Error("empty secret must give no key")
+	}
+	k := SecretKeyFromSecret([]byte("anything at all, of any length"))
+	if len(k) != 32 {
+		t.Errorf("key length %d, want 32 (AES-256)", len(k))
+	}
+}
+
+func TestNormalise(t *testing.T) {
+	l := &List{opts: Options{BindPort: 7946}}
+	got := l.normalise([]string{"10.0.0.2", " 10.0.0.1:7000 ", "", "10.0.0.2", "fd00::1"})
+	want := []string{"10.0.0.1:7000", "10.0.0.2:7946", "[fd00::1]:7946"}
+	if !slices.Equal(got, want) {
+		t.Errorf("normalise = %v, want %v", got, want)
+	}
+}
+
+// waitLeave waits until every member in ms has an EventLeave for node.
+func waitLeave(t *testing.T, ms []*member, node string, deadline time.Duration) {
+	t.Helper()
+	end := time.After(deadline)
+	for _, m := range ms {
+		for {
+			select {
+			case e := <-m.list.Events():
+				if e.Type == EventLeave && e.Node == node {
+					goto next
+				}
+			case <-end:
+				t.Fatalf("%s saw no leave of %s within %s; members %v", m.name, node, deadline, m.list.Members())
+			}
+		}
+	next:
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	// memberlist binds TCP and UDP on the same port; find one free for both.
+	for i := 0; i < 20; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", ln.Addr().String())
+		ln.Close()
+		if err == nil {
+			u.Close()
+			return port
+		}
+	}
+	t.Fatal("no free port")
+	return 0
+}
+
+// Rotating the key keeps the old one for decryption: a cluster that switched
+// to key B accepts a newcomer that only knows B, and members still agree.
+func TestKeyRotation(t *testing.T) {
+	f := newFabric()
+	ms := startCluster(t, f, 2, testOptions("key-A"), testLogger(t))
+	defer func() {
+		for _, m := range ms {
+			m.stop()
+		}
+	}()
+	waitMembers(t, ms, []string{"n1", "n2"}, 20*time.Second)
+	for _, m := range ms {
+		if err := m.list.SetSecretKey([]byte("key-B")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newcomer := startMember(t, f, "n3", testOptions("key-B"), testLogger(t))
+	defer newcomer.stop()
+	if _, err := newcomer.list.Join([]string{ms[0].addr}); err != nil {
+		t.Fatalf("newcomer with the rotated key cannot join: %v", err)
+	}
+	waitMembers(t, append(ms, newcomer), []string{"n1", "n2", "n3"}, 20*time.Second)
+
+	plain := &List{}
+	if err := plain.SetSecretKey([]byte("x")); err == nil {
+		t.Error("SetSecretKey on an unencrypted list must fail")
+	}
+}

@@ -1,0 +1,555 @@
+package speaker
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/ironlb/ironlb/api/v1beta1"
+	"github.com/ironlb/ironlb/internal/election"
+	"github.com/ironlb/ironlb/internal/layer2"
+)
+
+const testNS = "metallb-system"
+
+// startEnv starts a real API server (envtest) with ironlb's CRDs, or skips.
+func startEnv(t *testing.T) (*rest.Config, client.Client, *envtest.Environment) {
+	t.Helper()
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		assets, _ = filepath.Abs(filepath.Join("..", "bin"))
+	}
+	for _, b := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(assets, b)); err != nil {
+			t.Skipf("envtest binaries missing (%s not in %s; build them with `make tools`): %v", b, assets, err)
+		}
+	}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: assets,
+		CRDDirectoryPaths:     []string{filepath.Join("..", "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start envtest: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Logf("stop envtest: %v", err)
+		}
+	})
+	scheme, err := Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, c, env
+}
+
+func create(t *testing.T, c client.Client, objs ...client.Object) {
+	t.Helper()
+	for _, o := range objs {
+		if err := c.Create(context.Background(), o); err != nil {
+			t.Fatalf("create %T %s: %v", o, o.GetName(), err)
+		}
+	}
+}
+
+// runSpeaker runs a speaker for node on memberlist address ip:port with no
+// network interfaces (the announcer runs for real, with nothing to answer on:
+// no root needed).
+func runSpeaker(t *testing.T, cfg *rest.Config, node, ip string, port int) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	opts := Options{
+		NodeName:           node,
+		Namespace:          testNS,
+		PodName:            "speaker-" + node,
+		MLBindAddr:         ip,
+		MLBindPort:         port,
+		MLLabels:           "app=speaker",
+		MLSecretName:       "memberlist",
+		MetricsBindAddress: "0",
+		RestConfig:         cfg,
+		Logger:             speakerLogger(t, node),
+		Layer2: layer2.Options{
+			Links:      func() ([]layer2.Link, error) { return nil, nil },
+			Registerer: prometheus.NewRegistry(),
+		},
+	}
+	opts.Membership.RejoinInterval = 500 * time.Millisecond
+	go func() { done <- Run(ctx, opts) }()
+	return func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("speaker %s: %v", node, err)
+			}
+		case <-time.After(60 * time.Second):
+			t.Errorf("speaker %s did not stop", node)
+		}
+	}
+}
+
+func speakerLogger(t *testing.T, node string) logr.Logger {
+	if !testing.Verbose() {
+		return logr.Discard()
+	}
+	return funcr.New(func(prefix, args string) { t.Log(node, prefix, args) }, funcr.Options{})
+}
+
+// eventually polls cond until it returns "" or the deadline passes; then it
+// fails with cond's last explanation.
+func eventually(t *testing.T, what string, deadline time.Duration, cond func() string) {
+	t.Helper()
+	end := time.Now().Add(deadline)
+	for {
+		msg := cond()
+		if msg == "" {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%s: not reached within %s: %s", what, deadline, msg)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func statuses(t *testing.T, c client.Client) []v1beta1.ServiceL2Status {
+	var l v1beta1.ServiceL2StatusList
+	if err := c.List(context.Background(), &l, client.InNamespace(testNS)); err != nil {
+		t.Fatalf("list ServiceL2Status: %v", err)
+	}
+	return l.Items
+}
+
+func describeStatuses(items []v1beta1.ServiceL2Status) string {
+	var b strings.Builder
+	for _, s := range items {
+		fmt.Fprintf(&b, "[%s node=%s label=%s svc=%s/%s owners=%d] ", s.Name, s.Status.Node,
+			s.Labels[v1beta1.ServiceL2StatusNodeLabel], s.Status.ServiceNamespace, s.Status.ServiceName, len(s.OwnerReferences))
+	}
+	return fmt.Sprintf("%d objects %s", len(items), b.String())
+}
+
+// testVIP is the Service's IP in the seeded cluster.
+const testVIP = "172.18.255.201"
+
+// seed creates the install namespace, the memberlist Secret, a pool and an
+// advertisement, nodes w1 and w2 with their speaker Pods (IPs 127.0.0.1 and
+// 127.0.0.2, the memberlist addresses), and Service ns1/web with testVIP and a
+// ready endpoint on w1.
+func seed(t *testing.T, c client.Client) (nodes map[string]string, svc *corev1.Service, eps *discoveryv1.EndpointSlice) {
+	t.Helper()
+	ctx := context.Background()
+	create(t, c,
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns1"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "memberlist"},
+			Data: map[string][]byte{SecretKeyField: []byte("a long random string")}},
+		&v1beta1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "p1"},
+			Spec: v1beta1.IPAddressPoolSpec{Addresses: []string{"172.18.255.200-172.18.255.250"}}},
+		&v1beta1.L2Advertisement{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "l2"},
+			Spec: v1beta1.L2AdvertisementSpec{IPAddressPools: []string{"p1"}, Interfaces: []string{"eth0"}}},
+	)
+	nodes = map[string]string{"w1": "127.0.0.1", "w2": "127.0.0.2"}
+	for _, n := range []string{"w1", "w2"} {
+		create(t, c, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}})
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "speaker-" + n, Labels: map[string]string{"app": "speaker"}},
+			Spec:       corev1.PodSpec{NodeName: n, Containers: []corev1.Container{{Name: "speaker", Image: "ghcr.io/ironlb/ironlb"}}},
+		}
+		create(t, c, pod)
+		pod.Status.PodIP = nodes[n]
+		pod.Status.PodIPs = []corev1.PodIP{{IP: nodes[n]}}
+		if err := c.Status().Update(ctx, pod); err != nil {
+			t.Fatalf("pod status: %v", err)
+		}
+	}
+	svc = &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns1", Name: "web"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer,
+			Ports: []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}},
+	}
+	create(t, c, svc)
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: testVIP}}
+	if err := c.Status().Update(ctx, svc); err != nil {
+		t.Fatalf("service status: %v", err)
+	}
+	ready := true
+	w1 := "w1"
+	eps = &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: "ns1", Name: "web-abc", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.10.1.5"}, NodeName: &w1,
+			Conditions: discoveryv1.EndpointConditions{Ready: &ready}}},
+	}
+	create(t, c, eps)
+
+	return nodes, svc, eps
+}
+
+// TestSpeakersAgainstAPIServer runs two real speakers (memberlist on
+// 127.0.0.1 and 127.0.0.2, announcers without interfaces) against a real API
+// server and checks the ServiceL2Status objects and events they produce, the
+// takeover when the owner stops, and the clean-up.
+func TestSpeakersAgainstAPIServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("envtest: skipped in -short mode")
+	}
+	cfg, c, _ := startEnv(t)
+	ctx := context.Background()
+	port := freeUDPTCPPort(t, "127.0.0.1", "127.0.0.2")
+
+	nodes, svc, eps := seed(t, c)
+	const vip = testVIP
+	ready := true
+
+	stops := map[string]func(){}
+	for n, ip := range nodes {
+		stops[n] = runSpeaker(t, cfg, n, ip, port)
+	}
+	defer func() {
+		for _, s := range stops {
+			if s != nil {
+				s()
+			}
+		}
+	}()
+
+	winner := election.Winner(vip, []string{"w1", "w2"})
+	other := map[string]string{"w1": "w2", "w2": "w1"}[winner]
+	t.Logf("expected owner of %s: %s", vip, winner)
+
+	eventually(t, "one ServiceL2Status from the elected node "+winner, 60*time.Second, checkOwner(t, c, winner))
+
+	nodeAssigned := func(node string) func() string {
+		return func() string {
+			var evs eventsv1.EventList
+			if err := c.List(ctx, &evs, client.InNamespace("ns1")); err != nil {
+				return err.Error()
+			}
+			want := fmt.Sprintf("announcing from node %q with protocol %q", node, Protocol)
+			var seen []string
+			for _, e := range evs.Items {
+				if e.Regarding.Name == "web" && e.Reason == EventNodeAssigned && e.Type == corev1.EventTypeNormal && e.Note == want {
+					return ""
+				}
+				seen = append(seen, e.Reason+": "+e.Note)
+			}
+			return fmt.Sprintf("no %s event %q; events: %v", EventNodeAssigned, want, seen)
+		}
+	}
+	eventually(t, "nodeAssigned event", 30*time.Second, nodeAssigned(winner))
+
+	// Graceful stop of the owner: the other node takes over and replaces the
+	// ServiceL2Status (the old owner's Pod still exists, so the new owner
+	// deletes the stale object itself).
+	stops[winner]()
+	stops[winner] = nil
+	eventually(t, "takeover by "+other, 60*time.Second, checkOwner(t, c, other))
+	eventually(t, "nodeAssigned event for the new owner", 30*time.Second, nodeAssigned(other))
+
+	// No ready endpoint: nobody announces, the status goes away.
+	eps.Endpoints[0].Conditions.Ready = new(bool)
+	if err := c.Update(ctx, eps); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "status removed without ready endpoints", 30*time.Second, func() string {
+		if items := statuses(t, c); len(items) != 0 {
+			return describeStatuses(items)
+		}
+		return ""
+	})
+	eps.Endpoints[0].Conditions.Ready = &ready
+	if err := c.Update(ctx, eps); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "announced again with a ready endpoint", 30*time.Second, checkOwner(t, c, other))
+
+	// Service deleted: the status goes away.
+	if err := c.Delete(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "status removed with the service", 30*time.Second, func() string {
+		if items := statuses(t, c); len(items) != 0 {
+			return describeStatuses(items)
+		}
+		return ""
+	})
+}
+
+// TestFailoverWhileAPIServerDown: with the API server stopped, the speakers
+// keep their cache, and a memberlist departure still moves the IP: the
+// survivor's announcer takes it over on membership information alone.
+func TestFailoverWhileAPIServerDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("envtest: skipped in -short mode")
+	}
+	cfg, c, env := startEnv(t)
+	port := freeUDPTCPPort(t, "127.0.0.1", "127.0.0.2")
+	nodes, _, _ := seed(t, c)
+
+	stops := map[string]func(){}
+	for n, ip := range nodes {
+		stops[n] = runSpeaker(t, cfg, n, ip, port)
+	}
+	defer func() {
+		for _, s := range stops {
+			if s != nil {
+				s()
+			}
+		}
+	}()
+	winner := election.Winner(testVIP, []string{"w1", "w2"})
+	other := map[string]string{"w1": "w2", "w2": "w1"}[winner]
+	eventually(t, "one ServiceL2Status from "+winner, 60*time.Second, checkOwner(t, c, winner))
+	eventually(t, winner+" announces", 10*time.Second, announcedBy(winner, true))
+	eventually(t, other+" does not announce", 10*time.Second, announcedBy(other, false))
+
+	// SIGKILL, as a crashed control plane: a graceful stop drains the
+	// speakers' watches for a minute.
+	killAPIServer(t, env)
+	if err := c.List(context.Background(), &v1beta1.ServiceL2StatusList{}); err == nil {
+		t.Fatal("API server still answers after Stop")
+	}
+	// Still announcing with the API server gone.
+	eventually(t, winner+" keeps announcing", 10*time.Second, announcedBy(winner, true))
+
+	stops[winner]()
+	stops[winner] = nil
+	eventually(t, other+" takes over without the API server", 30*time.Second, announcedBy(other, true))
+}
+
+// killAPIServer SIGKILLs the envtest kube-apiserver: the child process of this
+// test binary whose command line carries the environment's secure port.
+func killAPIServer(t *testing.T, env *envtest.Environment) {
+	t.Helper()
+	port := env.ControlPlane.APIServer.SecureServing.ListenAddr.Port
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if !strings.HasSuffix(args[0], "kube-apiserver") || !slices.Contains(args, "--secure-port="+port) {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(d))
+		if parentPID(d) != os.Getpid() {
+			continue // not ours: envtest starts it as our child
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatalf("kill kube-apiserver pid %d: %v", pid, err)
+		}
+		t.Logf("killed kube-apiserver pid %d (port %s)", pid, port)
+		return
+	}
+	t.Fatalf("kube-apiserver with --secure-port=%s not found", port)
+}
+
+// parentPID reads the parent pid from /proc/<pid>/stat (field 4, after the
+// parenthesised command name).
+func parentPID(procDir string) int {
+	b, err := os.ReadFile(filepath.Join(procDir, "stat"))
+	if err != nil {
+		return -1
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return -1
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return -1
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
+
+// announcedBy checks the metallb_speaker_announced gauge of node for testVIP
+// (the speakers of one test process share controller-runtime's registry; the
+// node label tells them apart).
+func announcedBy(node string, want bool) func() string {
+	return func() string {
+		mfs, err := crmetrics.Registry.Gather()
+		if err != nil {
+			return err.Error()
+		}
+		got := false
+		for _, mf := range mfs {
+			if mf.GetName() != "metallb_speaker_announced" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				l := map[string]string{}
+				for _, lp := range m.GetLabel() {
+					l[lp.GetName()] = lp.GetValue()
+				}
+				if l["node"] == node && l["ip"] == testVIP && l["service"] == "ns1/web" && l["protocol"] == Protocol && m.GetGauge().GetValue() == 1 {
+					got = true
+				}
+			}
+		}
+		if got != want {
+			return fmt.Sprintf("metallb_speaker_announced{node=%q,ip=%q} present=%v, want %v", node, testVIP, got, want)
+		}
+		return ""
+	}
+}
+
+// TestStatusNotDuplicated calls syncStatus repeatedly: still exactly one
+// object; the conflict condition is set and cleared; losing the election
+// deletes the object.
+func TestStatusNotDuplicated(t *testing.T) {
+	if testing.Short() {
+		t.Skip("envtest: skipped in -short mode")
+	}
+	cfg, c, _ := startEnv(t)
+	ctx := context.Background()
+	create(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}})
+	// An uncached client for reads and writes: each call sees the previous
+	// call's writes.
+	scheme, _ := Scheme()
+	direct, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &serviceReconciler{Client: direct, apiRead: direct, log: logr.Discard(), opts: Options{NodeName: "w1", Namespace: testNS}, state: newState()}
+	svc := lbService("172.18.255.201")
+	want := Want{Announce: true, IPs: nil, AllInterfaces: true, Winner: "w1"}
+	key := types.NamespacedName{Namespace: "ns1", Name: "web"}
+	for i := 0; i < 3; i++ {
+		if err := r.syncStatus(ctx, key, svc, want); err != nil {
+			t.Fatalf("sync %d: %v", i, err)
+		}
+	}
+	items := statuses(t, c)
+	if len(items) != 1 || items[0].Status.Node != "w1" || len(items[0].Status.Interfaces) != 0 {
+		t.Fatalf("want one status for w1 with no interfaces listed: %s", describeStatuses(items))
+	}
+	// A conflict report shows as a condition, and clears after conflictHold.
+	mac, _ := net.ParseMAC("02:00:00:00:00:99")
+	r.state.conflicts[key.String()] = conflictRecord{last: time.Now(),
+		Conflict: layer2.Conflict{IP: netip.MustParseAddr("172.18.255.201"), MAC: mac, Interface: "eth0"}}
+	if err := r.syncStatus(ctx, key, svc, want); err != nil {
+		t.Fatal(err)
+	}
+	items = statuses(t, c)
+	if len(items) != 1 || !meta.IsStatusConditionTrue(items[0].Status.Conditions, ConditionAddressConflict) ||
+		!strings.Contains(meta.FindStatusCondition(items[0].Status.Conditions, ConditionAddressConflict).Message, "02:00:00:00:00:99") {
+		t.Fatalf("want an AddressConflict=True condition naming the MAC: %+v", items)
+	}
+	r.state.conflicts[key.String()] = conflictRecord{last: time.Now().Add(-2 * conflictHold)}
+	if err := r.syncStatus(ctx, key, svc, want); err != nil {
+		t.Fatal(err)
+	}
+	items = statuses(t, c)
+	if len(items) != 1 || meta.FindStatusCondition(items[0].Status.Conditions, ConditionAddressConflict) == nil ||
+		meta.IsStatusConditionTrue(items[0].Status.Conditions, ConditionAddressConflict) {
+		t.Fatalf("want the AddressConflict condition False after the hold time: %+v", items)
+	}
+
+	// Losing the election deletes it.
+	if err := r.syncStatus(ctx, key, svc, Want{Reason: election.ReasonNotOwner, Winner: "w2"}); err != nil {
+		t.Fatal(err)
+	}
+	if items := statuses(t, c); len(items) != 0 {
+		t.Fatalf("non-owner kept its status: %s", describeStatuses(items))
+	}
+	var probe v1beta1.ServiceL2Status
+	err = c.Get(ctx, types.NamespacedName{Namespace: testNS, Name: "does-not-exist"}, &probe)
+	if !apierrors.IsNotFound(err) {
+		t.Fatalf("sanity: %v", err)
+	}
+}
+
+// checkOwner explains how the ServiceL2Status objects differ from exactly one
+// object for ns1/web owned by owner ("" when they match).
+func checkOwner(t *testing.T, c client.Client, owner string) func() string {
+	return func() string {
+		items := statuses(t, c)
+		if len(items) != 1 {
+			return describeStatuses(items)
+		}
+		s := items[0]
+		switch {
+		case s.Status.Node != owner, s.Labels[v1beta1.ServiceL2StatusNodeLabel] != owner:
+			return "wrong node: " + describeStatuses(items)
+		case s.Status.ServiceName != "web" || s.Status.ServiceNamespace != "ns1":
+			return "wrong service: " + describeStatuses(items)
+		case s.Labels[v1beta1.ServiceL2StatusServiceNameLabel] != "web" || s.Labels[v1beta1.ServiceL2StatusServiceNamespaceLabel] != "ns1":
+			return "wrong labels: " + describeStatuses(items)
+		case !strings.HasPrefix(s.Name, "l2-"):
+			return "name not from generateName l2-: " + s.Name
+		case len(s.OwnerReferences) != 1 || s.OwnerReferences[0].Kind != "Pod" || s.OwnerReferences[0].Name != "speaker-"+owner:
+			return fmt.Sprintf("owner references %+v", s.OwnerReferences)
+		case len(s.Status.Interfaces) != 1 || s.Status.Interfaces[0].Name != "eth0":
+			return fmt.Sprintf("interfaces %+v", s.Status.Interfaces)
+		}
+		return ""
+	}
+}
+
+// freeUDPTCPPort finds a port free for TCP and UDP on every given address.
+func freeUDPTCPPort(t *testing.T, addrs ...string) int {
+	t.Helper()
+	for i := 0; i < 50; i++ {
+		ln, err := net.Listen("tcp", addrs[0]+":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		ok := true
+		for _, a := range addrs {
+			hp := net.JoinHostPort(a, fmt.Sprint(port))
+			l, err1 := net.Listen("tcp", hp)
+			u, err2 := net.ListenPacket("udp", hp)
+			if l != nil {
+				l.Close()
+			}
+			if u != nil {
+				u.Close()
+			}
+			if err1 != nil || err2 != nil {
+				ok = false
+			}
+		}
+		if ok {
+			return port
+		}
+	}
+	t.Fatal("no free port")
+	return 0
+}

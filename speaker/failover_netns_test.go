@@ -1,0 +1,418 @@
+package speaker
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/mdlayher/arp"
+	"github.com/vishvananda/netns"
+
+	"github.com/ironlb/ironlb/internal/election"
+	"github.com/ironlb/ironlb/internal/layer2"
+	"github.com/ironlb/ironlb/internal/membership"
+)
+
+// The failover benchmark builds, in network namespaces it names ilb-mb-*:
+// a switch (bridge ilbmbbr0), three speaker nodes (10.201.0.11-13 on eth0)
+// and a client (10.201.0.100). Each node runs this test binary as a child
+// process in its namespace (TestNetnsNodeHelper): the real membership
+// (memberlist with the default timings, encrypted), the real election and the
+// real layer2 announcer on eth0, for one VIP. Only the Kubernetes inputs are
+// fixed (one pool, one advertisement, every node eligible), so the numbers
+// cover everything but the cache and reconcile path (BenchmarkDecide: tens of
+// microseconds per Service).
+const (
+	mbPrefix = "ilb-mb-"
+	mbBridge = "ilbmbbr0"
+	mbVIP    = "10.201.0.200"
+	mbClient = "10.201.0.100"
+)
+
+var mbNodes = []string{"n1", "n2", "n3"}
+
+func mbNodeIP(i int) string { return fmt.Sprintf("10.201.0.%d", 11+i) }
+
+// TestNetnsNodeHelper is one speaker node of BenchmarkFailoverARP, run by it
+// as a child process inside the node's namespace.
+func TestNetnsNodeHelper(t *testing.T) {
+	node := os.Getenv("IRONLB_MB_NODE")
+	if node == "" {
+		t.Skip("child process of BenchmarkFailoverARP")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	// As in Run: the announcer outlives the memberlist leave, so the node
+	// keeps answering until its peers have seen it go.
+	annCtx, stopAnn := context.WithCancel(context.Background())
+	defer stopAnn()
+	ann := layer2.NewAnnouncer(logr.Discard(), layer2.Options{NodeName: node})
+	go func() { _ = ann.Run(annCtx) }()
+	ml, err := membership.Start(ctx, logr.Discard(), membership.Options{
+		NodeName: node, BindAddr: os.Getenv("IRONLB_MB_IP"), BindPort: membership.DefaultPort,
+		SecretKey: []byte("bench"), RejoinInterval: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ml.SetPeers(strings.Split(os.Getenv("IRONLB_MB_PEERS"), ","))
+	vip := netip.MustParseAddr(mbVIP)
+	elect := func() {
+		if ctx.Err() != nil {
+			return // leaving: keep answering until the announcer stops, as Run does
+		}
+		if election.Winner(vip.String(), ml.Members()) == node {
+			ann.SetBalancer("bench/svc", []netip.Addr{vip}, nil)
+		} else {
+			ann.DeleteBalancer("bench/svc")
+		}
+	}
+	elect()
+	for {
+		select {
+		case <-ml.Events():
+			elect()
+		case <-ctx.Done():
+			<-ml.Done()
+			time.Sleep(500 * time.Millisecond) // Run's LeaveGrace, as set by the command
+			stopAnn()
+			return
+		}
+	}
+}
+
+func mbRun(tb testing.TB, args ...string) {
+	tb.Helper()
+	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+		tb.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// mbTeardown deletes every namespace this benchmark creates (by name);
+// deleting a namespace removes its veth ends and the bridge.
+func mbTeardown() {
+	for _, ns := range append([]string{"sw", "c"}, mbNodes...) {
+		_ = exec.Command("ip", "netns", "del", mbPrefix+ns).Run()
+	}
+}
+
+func mbSetup(tb testing.TB) {
+	tb.Helper()
+	mbTeardown()
+	sw := mbPrefix + "sw"
+	mbRun(tb, "ip", "netns", "add", sw)
+	mbRun(tb, "ip", "-n", sw, "link", "add", mbBridge, "type", "bridge")
+	mbRun(tb, "ip", "-n", sw, "link", "set", mbBridge, "up")
+	attach := func(name, addr string) {
+		ns := mbPrefix + name
+		mbRun(tb, "ip", "netns", "add", ns)
+		mbRun(tb, "ip", "-n", ns, "link", "set", "lo", "up")
+		mbRun(tb, "ip", "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", "ilbmb-"+name, "netns", sw)
+		mbRun(tb, "ip", "-n", ns, "addr", "add", addr+"/24", "dev", "eth0")
+		mbRun(tb, "ip", "-n", ns, "link", "set", "eth0", "up")
+		mbRun(tb, "ip", "-n", sw, "link", "set", "ilbmb-"+name, "master", mbBridge, "up")
+	}
+	for i, n := range mbNodes {
+		attach(n, mbNodeIP(i))
+	}
+	attach("c", mbClient)
+}
+
+func mbMAC(tb testing.TB, node string) string {
+	tb.Helper()
+	out, err := exec.Command("ip", "-n", mbPrefix+node, "-o", "link", "show", "eth0").Output()
+	if err != nil {
+		tb.Fatalf("mac of %s: %v", node, err)
+	}
+	f := strings.Fields(string(out))
+	i := slices.Index(f, "link/ether")
+	if i < 0 || i+1 >= len(f) {
+		tb.Fatalf("no MAC in %q", out)
+	}
+	return f[i+1]
+}
+
+// mbStartNode starts the helper for node i inside its namespace.
+func mbStartNode(tb testing.TB, i int) *exec.Cmd {
+	tb.Helper()
+	var peers []string
+	for j := range mbNodes {
+		if j != i {
+			peers = append(peers, mbNodeIP(j))
+		}
+	}
+	cmd := exec.Command("ip", "netns", "exec", mbPrefix+mbNodes[i], os.Args[0], "-test.run=^TestNetnsNodeHelper$")
+	cmd.Env = append(os.Environ(), "IRONLB_MB_NODE="+mbNodes[i], "IRONLB_MB_IP="+mbNodeIP(i), "IRONLB_MB_PEERS="+strings.Join(peers, ","))
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("start %s: %v", mbNodes[i], err)
+	}
+	return cmd
+}
+
+// arpClient probes the VIP from the client namespace every 20 ms and records
+// who answers.
+type arpClient struct {
+	mu      sync.Mutex
+	replies []arpSeen
+	sent    []time.Time
+	c       *arp.Client
+}
+
+type arpSeen struct {
+	at  time.Time
+	mac string
+}
+
+func startARPClient(tb testing.TB, ctx context.Context) *arpClient {
+	tb.Helper()
+	ac := &arpClient{}
+	ready := make(chan error, 1)
+	go func() {
+		// This goroutine's thread enters the client namespace and never
+		// leaves it: the thread is discarded when the goroutine ends locked.
+		runtime.LockOSThread()
+		h, err := netns.GetFromName(mbPrefix + "c")
+		if err != nil {
+			ready <- err
+			return
+		}
+		defer h.Close()
+		if err := netns.Set(h); err != nil {
+			ready <- err
+			return
+		}
+		ifi, err := net.InterfaceByName("eth0")
+		if err != nil {
+			ready <- err
+			return
+		}
+		c, err := arp.Dial(ifi)
+		if err != nil {
+			ready <- err
+			return
+		}
+		ac.c = c
+		ready <- nil
+		vip := netip.MustParseAddr(mbVIP)
+		go func() {
+			for {
+				p, _, err := c.Read()
+				if err != nil {
+					if ctx.Err() != nil {
+						return
+					}
+					continue
+				}
+				if p.SenderIP == vip {
+					ac.mu.Lock()
+					ac.replies = append(ac.replies, arpSeen{time.Now(), p.SenderHardwareAddr.String()})
+					ac.mu.Unlock()
+				}
+			}
+		}()
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				c.Close()
+				return
+			case <-t.C:
+				if c.Request(vip) == nil {
+					ac.mu.Lock()
+					ac.sent = append(ac.sent, time.Now())
+					ac.mu.Unlock()
+				}
+			}
+		}
+	}()
+	if err := <-ready; err != nil {
+		tb.Fatalf("ARP client: %v", err)
+	}
+	return ac
+}
+
+// firstFrom returns the time of the first answer from mac after t.
+func (ac *arpClient) firstFrom(mac string, after time.Time) (time.Time, bool) {
+	ac.mu.Lock()
+	defer ac.mu.Unlock()
+	for _, r := range ac.replies {
+		if r.at.After(after) && r.mac == mac {
+			return r.at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// onlyFrom reports whether, during the last d, every answer came from mac and
+// there was at least one per 100 ms.
+func (ac *arpClient) onlyFrom(mac string, d time.Duration) bool {
+	ac.mu.Lock()
+	defer ac.mu.Unlock()
+	since := time.Now().Add(-d)
+	n := 0
+	for _, r := range ac.replies {
+		if r.at.After(since) {
+			if r.mac != mac {
+				return false
+			}
+			n++
+		}
+	}
+	return n >= int(d/(100*time.Millisecond))
+}
+
+// maxGap returns the longest interval without any answer for the VIP between
+// from and to (answers every 20 ms are expected while someone owns it).
+func (ac *arpClient) maxGap(from, to time.Time) time.Duration {
+	ac.mu.Lock()
+	defer ac.mu.Unlock()
+	last, gap := from, time.Duration(0)
+	for _, r := range ac.replies {
+		if r.at.Before(from) || r.at.After(to) {
+			continue
+		}
+		gap = max(gap, r.at.Sub(last))
+		last = r.at
+	}
+	return max(gap, to.Sub(last))
+}
+
+// unanswered counts the requests sent between from and to that got no answer
+// from anyone within wait.
+func (ac *arpClient) unanswered(from, to time.Time, wait time.Duration) int {
+	ac.mu.Lock()
+	defer ac.mu.Unlock()
+	n := 0
+	for _, s := range ac.sent {
+		if s.Before(from) || s.After(to) {
+			continue
+		}
+		if !slices.ContainsFunc(ac.replies, func(r arpSeen) bool { return !r.at.Before(s) && r.at.Sub(s) <= wait }) {
+			n++
+		}
+	}
+	return n
+}
+
+// BenchmarkFailoverARP measures the VIP moving when its owner goes away, as a
+// client on the segment sees it. The client asks for the VIP every 20 ms
+// (gratuitous ARP counts too). "kill": the owner's process is SIGKILLed and
+// its link set down; "sigterm": the owner is stopped gracefully (memberlist
+// leave, then the announcer stops after the leave grace). Figures: time from
+// the kill/SIGTERM to the first answer from the new owner, the longest time
+// without any answer, and the probes around the event that nobody answered
+// within 50 ms.
+// Needs root (network namespaces); trials: IRONLB_FAILOVER_TRIALS (default 20).
+//
+//	go test ./speaker -run '^$' -bench BenchmarkFailoverARP -benchtime 1x -v
+func BenchmarkFailoverARP(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root for network namespaces")
+	}
+	trials := 20
+	if v := os.Getenv("IRONLB_FAILOVER_TRIALS"); v != "" {
+		fmt.Sscan(v, &trials)
+	}
+	mbSetup(b)
+	defer mbTeardown()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	macs := map[string]string{}
+	for _, n := range mbNodes {
+		macs[n] = mbMAC(b, n)
+	}
+	procs := make([]*exec.Cmd, len(mbNodes))
+	for i := range mbNodes {
+		procs[i] = mbStartNode(b, i)
+	}
+	defer func() {
+		for _, p := range procs {
+			if p != nil && p.Process != nil {
+				_ = p.Process.Kill()
+				_ = p.Wait()
+			}
+		}
+	}()
+	ac := startARPClient(b, ctx)
+	owner := election.Winner(mbVIP, mbNodes)
+	ownerIdx := slices.Index(mbNodes, owner)
+	runnerUp := election.Rank(mbVIP, mbNodes)[1]
+
+	waitStable := func() {
+		end := time.Now().Add(60 * time.Second)
+		for !ac.onlyFrom(macs[owner], time.Second) {
+			if time.Now().After(end) {
+				b.Fatalf("%s (%s) never became the only answerer for %s", owner, macs[owner], mbVIP)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	for _, mode := range []string{"kill", "sigterm"} {
+		b.Run(mode, func(b *testing.B) {
+			var lat, gaps []time.Duration
+			lost := 0
+			for i := 0; i < b.N; i++ {
+				for trial := 0; trial < trials; trial++ {
+					waitStable()
+					start := time.Now()
+					if mode == "kill" {
+						_ = procs[ownerIdx].Process.Signal(syscall.SIGKILL)
+						mbRun(b, "ip", "-n", mbPrefix+owner, "link", "set", "eth0", "down")
+					} else {
+						_ = procs[ownerIdx].Process.Signal(syscall.SIGTERM)
+					}
+					var at time.Time
+					end := time.Now().Add(60 * time.Second)
+					for {
+						if t, ok := ac.firstFrom(macs[runnerUp], start); ok {
+							at = t
+							break
+						}
+						if time.Now().After(end) {
+							b.Fatalf("trial %d: %s never answered after %s was stopped (%s)", trial, runnerUp, owner, mode)
+						}
+						time.Sleep(5 * time.Millisecond)
+					}
+					_ = procs[ownerIdx].Wait()
+					procs[ownerIdx] = nil
+					lat = append(lat, at.Sub(start))
+					gaps = append(gaps, ac.maxGap(start.Add(-100*time.Millisecond), at.Add(100*time.Millisecond)))
+					time.Sleep(100 * time.Millisecond) // let the last answers of the window arrive
+					lost += ac.unanswered(start.Add(-100*time.Millisecond), at.Add(50*time.Millisecond), 50*time.Millisecond)
+					if mode == "kill" {
+						mbRun(b, "ip", "-n", mbPrefix+owner, "link", "set", "eth0", "up")
+					}
+					// Bring the owner back; it wins the VIP again.
+					procs[ownerIdx] = mbStartNode(b, ownerIdx)
+				}
+			}
+			slices.Sort(lat)
+			slices.Sort(gaps)
+			pc := func(s []time.Duration, p int) time.Duration { return s[max(0, min(len(s), (p*len(s)+99)/100)-1)] }
+			ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+			b.ReportMetric(ms(pc(lat, 50)), "p50-ms")
+			b.ReportMetric(ms(pc(lat, 99)), "p99-ms")
+			b.ReportMetric(ms(pc(gaps, 50)), "gap-p50-ms")
+			b.ReportMetric(ms(gaps[len(gaps)-1]), "gap-max-ms")
+			b.ReportMetric(float64(lost), "unanswered-probes")
+			b.Logf("| %s, 3 nodes | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %d |", mode, len(lat),
+				ms(lat[0]), ms(pc(lat, 50)), ms(pc(lat, 90)), ms(pc(lat, 99)), ms(lat[len(lat)-1]),
+				ms(pc(gaps, 50)), ms(gaps[len(gaps)-1]), lost)
+		})
+	}
+}

@@ -1,0 +1,250 @@
+package speaker
+
+import (
+	"fmt"
+	"net/netip"
+	"reflect"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ironlb/ironlb/api/v1beta1"
+	"github.com/ironlb/ironlb/internal/config"
+	"github.com/ironlb/ironlb/internal/election"
+)
+
+func mustParse(t *testing.T, pools []v1beta1.IPAddressPool, ads []v1beta1.L2Advertisement) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse(pools, ads, nil)
+	if err != nil {
+		t.Fatalf("config.Parse: %v", err)
+	}
+	return cfg
+}
+
+func pool(name string, addrs ...string) v1beta1.IPAddressPool {
+	return v1beta1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "metallb-system"},
+		Spec: v1beta1.IPAddressPoolSpec{Addresses: addrs}}
+}
+
+func l2ad(name string, pools []string, ifaces []string, nodeSel map[string]string) v1beta1.L2Advertisement {
+	ad := v1beta1.L2Advertisement{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "metallb-system"},
+		Spec: v1beta1.L2AdvertisementSpec{IPAddressPools: pools, Interfaces: ifaces}}
+	if nodeSel != nil {
+		ad.Spec.NodeSelectors = []metav1.LabelSelector{{MatchLabels: nodeSel}}
+	}
+	return ad
+}
+
+func lbService(ips ...string) *corev1.Service {
+	s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns1", Name: "web"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyCluster}}
+	for _, ip := range ips {
+		s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip})
+	}
+	return s
+}
+
+func readySlice(node string) *discoveryv1.EndpointSlice {
+	t := true
+	return &discoveryv1.EndpointSlice{Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.10.1.2"}, NodeName: &node,
+		Conditions: discoveryv1.EndpointConditions{Ready: &t}}}}
+}
+
+func TestDecide(t *testing.T) {
+	cfg := mustParse(t,
+		[]v1beta1.IPAddressPool{pool("p1", "172.18.255.200-172.18.255.250", "fc00:f853:ccd:e799::/124"), pool("p2", "192.168.10.0/24")},
+		[]v1beta1.L2Advertisement{l2ad("ad1", []string{"p1"}, []string{"eth0"}, nil)})
+	nodes := map[string]*corev1.Node{}
+	for _, n := range []string{"w1", "w2", "w3"} {
+		nodes[n] = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}
+	}
+	members := []string{"w1", "w2", "w3"}
+	snap := func(self string) Snapshot {
+		return Snapshot{Config: cfg, Nodes: nodes, Members: members, Self: self}
+	}
+	eps := []*discoveryv1.EndpointSlice{readySlice("w1")}
+	dual := lbService("172.18.255.201", "fc00:f853:ccd:e799::3")
+	winner := election.Winner("172.18.255.201", members)
+
+	t.Run("exactly one node announces, with both IPs", func(t *testing.T) {
+		n := 0
+		for _, self := range members {
+			w := Decide(snap(self), dual, eps)
+			if w.Winner != winner {
+				t.Errorf("%s: winner %s, want %s", self, w.Winner, winner)
+			}
+			if w.Announce {
+				n++
+				want := []netip.Addr{netip.MustParseAddr("172.18.255.201"), netip.MustParseAddr("fc00:f853:ccd:e799::3")}
+				if !reflect.DeepEqual(w.IPs, want) || w.Pool != "p1" || w.AllInterfaces || !reflect.DeepEqual(w.Interfaces, []string{"eth0"}) {
+					t.Errorf("announce %+v", w)
+				}
+			} else if w.Reason != election.ReasonNotOwner {
+				t.Errorf("%s: reason %q, want notOwner", self, w.Reason)
+			}
+		}
+		if n != 1 {
+			t.Fatalf("%d announcers, want 1", n)
+		}
+	})
+
+	cases := []struct {
+		name   string
+		svc    *corev1.Service
+		snap   Snapshot
+		reason string
+	}{
+		{"deleted", nil, snap(winner), ReasonServiceDeleted},
+		{"not a load balancer", func() *corev1.Service {
+			s := lbService("172.18.255.201")
+			s.Spec.Type = corev1.ServiceTypeClusterIP
+			return s
+		}(), snap(winner), ReasonNotLoadBalancer},
+		{"other class", func() *corev1.Service {
+			s := lbService("172.18.255.201")
+			c := "other"
+			s.Spec.LoadBalancerClass = &c
+			return s
+		}(), snap(winner), ReasonOtherClass},
+		{"no IP yet", lbService(), snap(winner), ReasonNoIPAllocated},
+		{"garbage IP", lbService("not-an-ip"), snap(winner), ReasonInvalidIP},
+		{"IP in no pool", lbService("10.99.0.1"), snap(winner), ReasonIPNotAllowed},
+		{"pool without advertisement", lbService("192.168.10.5"), snap(winner), election.ReasonNoMatchingAdvertisement},
+		{"no config yet", lbService("172.18.255.201"), Snapshot{Nodes: nodes, Members: members, Self: winner}, ReasonNoConfig},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w := Decide(tc.snap, tc.svc, eps)
+			if w.Announce || w.Reason != tc.reason {
+				t.Fatalf("Decide = %+v, want reason %q", w, tc.reason)
+			}
+		})
+	}
+
+	t.Run("class filter", func(t *testing.T) {
+		s := lbService("172.18.255.201")
+		c := "ironlb"
+		s.Spec.LoadBalancerClass = &c
+		sn := snap(winner)
+		sn.LoadBalancerClass = "ironlb"
+		if w := Decide(sn, s, eps); !w.Announce {
+			t.Fatalf("service of our class not announced: %+v", w)
+		}
+	})
+
+	t.Run("no endpoints: nobody", func(t *testing.T) {
+		for _, self := range members {
+			if w := Decide(snap(self), dual, nil); w.Announce || w.Reason != election.ReasonNoReadyEndpoints {
+				t.Fatalf("%s: %+v", self, w)
+			}
+		}
+	})
+
+	t.Run("winner dies: runner-up takes over", func(t *testing.T) {
+		rest := election.Rank("172.18.255.201", members)
+		s := snap(rest[1])
+		s.Members = rest[1:]
+		if w := Decide(s, dual, eps); !w.Announce {
+			t.Fatalf("runner-up %s does not take over: %+v", rest[1], w)
+		}
+	})
+}
+
+func TestPoolFor(t *testing.T) {
+	cfg := mustParse(t, []v1beta1.IPAddressPool{pool("a", "10.0.0.0/24"), pool("b", "10.0.1.0/24", "fd00::/120")}, nil)
+	ip := netip.MustParseAddr
+	for _, tc := range []struct {
+		ips  []netip.Addr
+		want string
+	}{
+		{[]netip.Addr{ip("10.0.0.7")}, "a"},
+		{[]netip.Addr{ip("10.0.1.7"), ip("fd00::7")}, "b"},
+		{[]netip.Addr{ip("10.0.0.7"), ip("fd00::7")}, ""}, // split across pools: none holds both
+		{[]netip.Addr{ip("10.0.2.1")}, ""},
+	} {
+		if got := PoolFor(cfg, tc.ips); got != tc.want {
+			t.Errorf("PoolFor(%v) = %q, want %q", tc.ips, got, tc.want)
+		}
+	}
+}
+
+func st(name, node string, age time.Duration) *v1beta1.ServiceL2Status {
+	return &v1beta1.ServiceL2Status{
+		ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(time.Unix(1000, 0).Add(-age)),
+			Labels: map[string]string{v1beta1.ServiceL2StatusNodeLabel: node}},
+		Status: v1beta1.MetalLBServiceL2Status{Node: node},
+	}
+}
+
+func TestPlanStatus(t *testing.T) {
+	names := func(s []*v1beta1.ServiceL2Status) []string {
+		var out []string
+		for _, x := range s {
+			out = append(out, x.Name)
+		}
+		return out
+	}
+	mineOld, mineNew, other := st("l2-old", "w1", time.Hour), st("l2-new", "w1", time.Minute), st("l2-other", "w2", time.Hour)
+
+	p := PlanStatus([]*v1beta1.ServiceL2Status{mineNew, other, mineOld}, "w1", true)
+	if p.Keep != mineOld || !reflect.DeepEqual(names(p.Delete), []string{"l2-other", "l2-new"}) {
+		t.Errorf("owner: keep %v delete %v; want keep l2-old, delete the other node's and the duplicate", p.Keep, names(p.Delete))
+	}
+	p = PlanStatus([]*v1beta1.ServiceL2Status{mineNew, other}, "w1", false)
+	if p.Keep != nil || !reflect.DeepEqual(names(p.Delete), []string{"l2-new"}) {
+		t.Errorf("non-owner: keep %v delete %v; want only its own deleted", p.Keep, names(p.Delete))
+	}
+	p = PlanStatus([]*v1beta1.ServiceL2Status{other}, "w1", true)
+	if p.Keep != nil || !reflect.DeepEqual(names(p.Delete), []string{"l2-other"}) {
+		t.Errorf("new owner: keep %v delete %v; want create (no keep) and delete the old owner's", p.Keep, names(p.Delete))
+	}
+	fresh := st("l2-fresh", "w1", 0)
+	fresh.Status.Node = "" // created, status not written yet
+	if p := PlanStatus([]*v1beta1.ServiceL2Status{fresh}, "w1", true); p.Keep != fresh {
+		t.Errorf("an own object without status yet must be kept, got %+v", p)
+	}
+}
+
+func TestStatusInterfaces(t *testing.T) {
+	if got := StatusInterfaces(Want{AllInterfaces: true}); got != nil {
+		t.Errorf("all interfaces: %v, want none listed", got)
+	}
+	got := StatusInterfaces(Want{Interfaces: []string{"eth0", "eth1"}})
+	if !reflect.DeepEqual(got, []v1beta1.InterfaceInfo{{Name: "eth0"}, {Name: "eth1"}}) {
+		t.Errorf("got %v", got)
+	}
+}
+
+// BenchmarkDecide measures one Service's election on a 100-node cluster with
+// 3 advertisements: the per-Service cost of the re-election a membership
+// event triggers for every Service.
+//
+//	go test ./speaker -run '^$' -bench BenchmarkDecide -benchmem
+func BenchmarkDecide(b *testing.B) {
+	var ads []v1beta1.L2Advertisement
+	for i, zone := range []string{"a", "b", "c"} {
+		ads = append(ads, l2ad(fmt.Sprintf("ad%d", i), []string{"p1"}, nil, map[string]string{"zone": zone}))
+	}
+	cfg, err := config.Parse([]v1beta1.IPAddressPool{pool("p1", "10.0.0.0/16")}, ads, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	nodes := map[string]*corev1.Node{}
+	var members []string
+	for i := 0; i < 100; i++ {
+		n := fmt.Sprintf("node-%03d", i)
+		nodes[n] = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"zone": []string{"a", "b", "c"}[i%3]}}}
+		members = append(members, n)
+	}
+	snap := Snapshot{Config: cfg, Nodes: nodes, Members: members, Self: "node-000"}
+	svc := lbService("10.0.3.7")
+	eps := []*discoveryv1.EndpointSlice{readySlice("node-001")}
+	b.ReportAllocs()
+	for b.Loop() {
+		Decide(snap, svc, eps)
+	}
+}

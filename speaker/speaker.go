@@ -1,0 +1,521 @@
+// Package speaker is the per-node half of ironlb: it decides, for every Service
+// with an ingress IP, whether this node announces it, and drives the layer-2
+// announcer and the ServiceL2Status objects accordingly.
+//
+// The decision is computed by pure functions (Decide, PlanStatus, and
+// internal/election) from the controller-runtime cache and the memberlist; the
+// reconcilers only read, compute and write once. The announcer's state changes
+// only on positive information (an object seen changed or deleted in the cache,
+// a member seen joining or dying): while the API server is unreachable the cache
+// keeps its last content and the node keeps announcing what it owns, and
+// memberlist failover still works.
+package speaker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/ironlb/ironlb/api/v1beta1"
+	"github.com/ironlb/ironlb/internal/layer2"
+	"github.com/ironlb/ironlb/internal/membership"
+)
+
+// +kubebuilder:rbac:groups="",resources=services;nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch;update
+// +kubebuilder:rbac:groups="",namespace=metallb-system,resources=pods;secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=metallb.io,namespace=metallb-system,resources=ipaddresspools;l2advertisements,verbs=get;list;watch
+// +kubebuilder:rbac:groups=metallb.io,namespace=metallb-system,resources=servicel2statuses,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=metallb.io,namespace=metallb-system,resources=servicel2statuses/status,verbs=get;update;patch
+
+// Protocol is the protocol label value and the word in nodeAssigned events.
+const Protocol = "layer2"
+
+// DefaultSpeakerLabels selects the speaker Pods (MetalLB's METALLB_ML_LABELS
+// default for a release named ironlb).
+const DefaultSpeakerLabels = "app.kubernetes.io/name=ironlb,app.kubernetes.io/component=speaker"
+
+// SecretKeyField is the memberlist Secret's data key, as in MetalLB.
+const SecretKeyField = "secretkey"
+
+// Options configure a speaker.
+type Options struct {
+	// NodeName is this node (METALLB_NODE_NAME); required.
+	NodeName string
+	// Namespace is the install namespace (METALLB_NAMESPACE): pools,
+	// advertisements, ServiceL2Status, speaker Pods and the Secret live there.
+	Namespace string
+	// PodName is this speaker's Pod (METALLB_POD_NAME), the owner of its
+	// ServiceL2Status objects (garbage-collected with the Pod).
+	PodName string
+	// HostIP (METALLB_HOST) is advertised to peers when MLBindAddr is a
+	// wildcard.
+	HostIP string
+
+	// DisableMemberlist: candidates are all nodes from the Node watch
+	// (MetalLB without memberlist; failover then waits for Kubernetes'
+	// node lifecycle).
+	DisableMemberlist bool
+	// MLBindAddr and MLBindPort: memberlist listen address (METALLB_ML_BIND_ADDR,
+	// METALLB_ML_BIND_PORT, default 7946).
+	MLBindAddr string
+	MLBindPort int
+	// MLLabels selects the speaker Pods whose IPs are the memberlist peers
+	// (METALLB_ML_LABELS).
+	MLLabels string
+	// MLSecretKeyPath is a directory holding the Secret's secretkey file
+	// (METALLB_ML_SECRET_KEY_PATH), read at start; MLSecretName, if set, is
+	// the Secret read (and watched for rotation) through the API.
+	MLSecretKeyPath string
+	MLSecretName    string
+	// Membership timings; zero fields take membership.DefaultOptions.
+	Membership membership.Options
+
+	// LeaveGrace: on shutdown, how long to keep answering ARP/NDP after the
+	// memberlist leave, while the new owner takes over. Default 0 here;
+	// the command sets 500ms.
+	LeaveGrace time.Duration
+
+	// Layer2 configures the announcer (GARP count and spacing, refresh,
+	// excluded interfaces, test seams). Registerer and NodeName are set here.
+	Layer2 layer2.Options
+
+	// LoadBalancerClass: see Snapshot (MetalLB's --lb-class).
+	LoadBalancerClass string
+	// IgnoreExcludeLB: see election.Input (MetalLB's --ignore-exclude-lb).
+	IgnoreExcludeLB bool
+
+	// MetricsBindAddress: Prometheus endpoint ("0" disables), HTTPS with
+	// Kubernetes authn/authz when MetricsSecure.
+	MetricsBindAddress string
+	MetricsSecure      bool
+	// HealthProbeBindAddress serves /healthz and /readyz ("0" disables).
+	HealthProbeBindAddress string
+
+	// RestConfig to reach the API server; nil uses the usual kubeconfig
+	// lookup (in-cluster, KUBECONFIG, ~/.kube/config).
+	RestConfig *rest.Config
+	// Logger; the zero value discards.
+	Logger logr.Logger
+}
+
+func (o *Options) validate() error {
+	var errs []error
+	if o.NodeName == "" {
+		errs = append(errs, errors.New("node name is empty (set --node-name or METALLB_NODE_NAME)"))
+	}
+	if o.Namespace == "" {
+		errs = append(errs, errors.New("namespace is empty (set --namespace or METALLB_NAMESPACE)"))
+	}
+	if o.MLLabels == "" {
+		o.MLLabels = DefaultSpeakerLabels
+	}
+	if _, err := labels.Parse(o.MLLabels); err != nil {
+		errs = append(errs, fmt.Errorf("memberlist labels %q: %w", o.MLLabels, err))
+	}
+	if o.MLBindPort == 0 {
+		o.MLBindPort = membership.DefaultPort
+	}
+	return errors.Join(errs...)
+}
+
+// Scheme returns the types the speaker reads and writes.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := v1beta1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Run runs the speaker until ctx ends. On ctx end it first leaves the
+// memberlist (peers take over at once), then stops answering ARP/NDP.
+func Run(ctx context.Context, opts Options) error {
+	if err := opts.validate(); err != nil {
+		return fmt.Errorf("speaker options: %w", err)
+	}
+	// The process-wide controller-runtime logger is the caller's to set
+	// (once, in main); the manager gets ours explicitly.
+	log := opts.Logger
+	cfg := opts.RestConfig
+	if cfg == nil {
+		var err error
+		if cfg, err = ctrl.GetConfig(); err != nil {
+			return fmt.Errorf("kubeconfig: %w", err)
+		}
+	}
+	scheme, err := Scheme()
+	if err != nil {
+		return err
+	}
+	podSelector, _ := labels.Parse(opts.MLLabels)
+
+	nsOnly := map[string]cache.Config{opts.Namespace: {}}
+	cacheOpts := cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&v1beta1.IPAddressPool{}:   {Namespaces: nsOnly},
+		&v1beta1.L2Advertisement{}: {Namespaces: nsOnly},
+		&v1beta1.ServiceL2Status{}: {Namespaces: nsOnly},
+		&corev1.Pod{}:              {Namespaces: nsOnly, Label: podSelector},
+	}}
+	if opts.MLSecretName != "" {
+		cacheOpts.ByObject[&corev1.Secret{}] = cache.ByObject{Namespaces: nsOnly,
+			Field: fields.OneTermEqualSelector("metadata.name", opts.MLSecretName)}
+	}
+	metricsOpts := metricsserver.Options{BindAddress: opts.MetricsBindAddress, SecureServing: opts.MetricsSecure}
+	if opts.MetricsBindAddress == "" {
+		metricsOpts.BindAddress = "0"
+	}
+	if opts.MetricsSecure {
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	probeAddr := opts.HealthProbeBindAddress
+	if probeAddr == "" {
+		probeAddr = "0"
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 scheme,
+		Logger:                 log,
+		Cache:                  cacheOpts,
+		Metrics:                metricsOpts,
+		HealthProbeBindAddress: probeAddr,
+		LeaderElection:         false,
+		// One manager per process in production; tests run several speakers
+		// in one process, whose controllers share names.
+		Controller: config.Controller{SkipNameValidation: ptr(true)},
+		// The speaker must stop quickly on SIGTERM; the memberlist leave
+		// already happened by then.
+		GracefulShutdownTimeout: ptr(5 * time.Second),
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+
+	m := newMetrics(crmetrics.Registry)
+
+	// Announcer: stopped only after the memberlist leave completed.
+	l2opts := opts.Layer2
+	l2opts.NodeName = opts.NodeName
+	if l2opts.Registerer == nil {
+		l2opts.Registerer = crmetrics.Registry
+	}
+	ann := layer2.NewAnnouncer(log.WithName("layer2"), l2opts)
+	annCtx, stopAnn := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopAnn()
+	annDone := make(chan error, 1)
+	go func() { annDone <- ann.Run(annCtx) }()
+
+	// Membership.
+	var ml *membership.List
+	if !opts.DisableMemberlist {
+		key, err := readSecretKey(ctx, mgr.GetAPIReader(), opts)
+		if err != nil {
+			return err
+		}
+		mo := opts.Membership
+		mo.NodeName = opts.NodeName
+		mo.BindAddr = opts.MLBindAddr
+		mo.BindPort = opts.MLBindPort
+		mo.SecretKey = key
+		if ip := net.ParseIP(opts.MLBindAddr); (ip == nil || ip.IsUnspecified()) && opts.HostIP != "" {
+			mo.AdvertiseAddr = opts.HostIP
+		}
+		ml, err = membership.Start(ctx, log.WithName("membership"), mo)
+		if err != nil {
+			return err
+		}
+	}
+
+	r := &serviceReconciler{
+		Client:   mgr.GetClient(),
+		apiRead:  mgr.GetAPIReader(),
+		log:      log.WithName("service"),
+		opts:     opts,
+		ml:       ml,
+		ann:      ann,
+		recorder: mgr.GetEventRecorder("ironlb-speaker"),
+		metrics:  m,
+		state:    newState(),
+	}
+	if ml == nil {
+		r.ready.Store(true)
+	}
+	if err := setupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	r.indexed = true
+	if err := r.setup(mgr); err != nil {
+		return err
+	}
+	if ml != nil {
+		if err := (&peerReconciler{Client: mgr.GetClient(), log: log.WithName("peers"), opts: opts, ml: ml, ready: &r.ready}).setup(mgr); err != nil {
+			return err
+		}
+		if opts.MLSecretName != "" {
+			if err := (&secretReconciler{Client: mgr.GetClient(), log: log.WithName("secret"), opts: opts, ml: ml}).setup(mgr); err != nil {
+				return err
+			}
+		}
+		// Do not announce from a one-member view forever if peer discovery
+		// is broken: after a bound, trust what memberlist has.
+		go func() {
+			select {
+			case <-time.After(15 * time.Second):
+				if !r.ready.Swap(true) {
+					r.log.Info("no speaker Pods seen yet; electing with the members known so far")
+				}
+			case <-ctx.Done():
+			}
+		}()
+	}
+	go r.watchConflicts(ctx)
+
+	log.Info("speaker starting", "node", opts.NodeName, "namespace", opts.Namespace, "memberlist", ml != nil)
+	mgrErr := mgr.Start(ctx)
+
+	// Shutdown order: the memberlist leave started when ctx ended; wait for
+	// it, then keep answering for LeaveGrace so the new owner has taken over
+	// (and sent its gratuitous ARP) before this node goes quiet: clients
+	// always get an answer from one of the two.
+	if ml != nil {
+		<-ml.Done()
+		if opts.LeaveGrace > 0 {
+			log.Info("left memberlist; still answering during the leave grace", "leaveGrace", opts.LeaveGrace)
+			time.Sleep(opts.LeaveGrace)
+		}
+	}
+	stopAnn()
+	if err := <-annDone; err != nil && !errors.Is(err, context.Canceled) {
+		log.Error(err, "announcer stopped with an error")
+	}
+	if mgrErr != nil {
+		if ctx.Err() != nil {
+			// Asked to stop: a slow shutdown (e.g. reconciles waiting on an
+			// unreachable API server) is not a failure of the speaker.
+			log.Info("manager did not stop cleanly", "error", mgrErr.Error())
+			return nil
+		}
+		return fmt.Errorf("manager: %w", mgrErr)
+	}
+	return nil
+}
+
+// readSecretKey reads the memberlist key: the secretkey file under
+// MLSecretKeyPath if present, else the Secret through the API (retrying
+// until it exists: the controller creates it). No source configured means no
+// encryption.
+func readSecretKey(ctx context.Context, reader client.Reader, opts Options) ([]byte, error) {
+	if opts.MLSecretKeyPath != "" {
+		p := opts.MLSecretKeyPath
+		if st, err := os.Stat(p); err == nil && st.IsDir() {
+			p = filepath.Join(p, SecretKeyField)
+		}
+		b, err := os.ReadFile(p)
+		if err == nil && len(b) > 0 {
+			return b, nil
+		}
+		if opts.MLSecretName == "" {
+			return nil, fmt.Errorf("read memberlist secret key %s: %w", p, orEmpty(err))
+		}
+	}
+	if opts.MLSecretName == "" {
+		return nil, nil
+	}
+	key := types.NamespacedName{Namespace: opts.Namespace, Name: opts.MLSecretName}
+	var last error
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); {
+		var s corev1.Secret
+		last = reader.Get(ctx, key, &s)
+		if last == nil {
+			if b := s.Data[SecretKeyField]; len(b) > 0 {
+				return b, nil
+			}
+			last = fmt.Errorf("secret %s has no %q data", key, SecretKeyField)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
+	return nil, fmt.Errorf("read memberlist secret %s: %w", key, last)
+}
+
+func orEmpty(err error) error {
+	if err == nil {
+		return errors.New("file is empty")
+	}
+	return err
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// peerReconciler keeps the memberlist peers equal to the speaker Pods' IPs.
+type peerReconciler struct {
+	client.Client
+	log   logr.Logger
+	opts  Options
+	ml    *membership.List
+	ready *atomic.Bool
+}
+
+func (p *peerReconciler) setup(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).Named("speaker-peers").
+		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return o.GetNamespace() == p.opts.Namespace
+		}))).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
+		Complete(p)
+}
+
+func (p *peerReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
+	var pods corev1.PodList
+	sel, _ := labels.Parse(p.opts.MLLabels)
+	if err := p.List(ctx, &pods, client.InNamespace(p.opts.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return reconcile.Result{}, err
+	}
+	var addrs []string
+	for _, pod := range pods.Items {
+		if pod.Name == p.opts.PodName || pod.Status.PodIP == "" || pod.DeletionTimestamp != nil {
+			continue
+		}
+		addrs = append(addrs, net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(p.opts.MLBindPort)))
+	}
+	p.ml.SetPeers(addrs) // joins synchronously the peers not yet members
+	if !p.ready.Swap(true) {
+		p.log.Info("initial peer join done", "peers", len(addrs), "members", p.ml.Members())
+	}
+	return reconcile.Result{}, nil
+}
+
+// secretReconciler rotates the memberlist key when the Secret changes.
+type secretReconciler struct {
+	client.Client
+	log  logr.Logger
+	opts Options
+	ml   *membership.List
+}
+
+func (s *secretReconciler) setup(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).Named("speaker-memberlist-secret").
+		For(&corev1.Secret{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return o.GetNamespace() == s.opts.Namespace && o.GetName() == s.opts.MLSecretName
+		}))).
+		Complete(s)
+}
+
+func (s *secretReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var sec corev1.Secret
+	if err := s.Get(ctx, req.NamespacedName, &sec); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	key := sec.Data[SecretKeyField]
+	if len(key) == 0 {
+		s.log.Info("memberlist secret has no key; keeping the current one", "secret", req.NamespacedName.String(), "field", SecretKeyField)
+		return reconcile.Result{}, nil
+	}
+	if err := s.ml.SetSecretKey(key); err != nil {
+		s.log.Error(err, "cannot apply the memberlist key", "secret", req.NamespacedName.String())
+	}
+	return reconcile.Result{}, nil
+}
+
+// serviceKeyFromLabels maps a ServiceL2Status to its Service.
+func serviceKeyFromLabels(o client.Object) (types.NamespacedName, bool) {
+	l := o.GetLabels()
+	ns, name := l[v1beta1.ServiceL2StatusServiceNamespaceLabel], l[v1beta1.ServiceL2StatusServiceNameLabel]
+	return types.NamespacedName{Namespace: ns, Name: name}, ns != "" && name != ""
+}
+
+// serviceKeyFromSlice maps an EndpointSlice to its Service.
+func serviceKeyFromSlice(o client.Object) (types.NamespacedName, bool) {
+	name := o.GetLabels()[discoveryv1.LabelServiceName]
+	return types.NamespacedName{Namespace: o.GetNamespace(), Name: name}, name != ""
+}
+
+func (r *serviceReconciler) setup(mgr ctrl.Manager) error {
+	one := func(f func(client.Object) (types.NamespacedName, bool)) handler.EventHandler {
+		return handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			if k, ok := f(o); ok {
+				return []reconcile.Request{{NamespacedName: k}}
+			}
+			return nil
+		})
+	}
+	all := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+		return r.allServices(ctx)
+	})
+	return ctrl.NewControllerManagedBy(mgr).Named("speaker-services").
+		For(&corev1.Service{}).
+		Watches(&discoveryv1.EndpointSlice{}, one(serviceKeyFromSlice)).
+		Watches(&v1beta1.ServiceL2Status{}, one(serviceKeyFromLabels)).
+		Watches(&corev1.Node{}, all, builder.WithPredicates(nodeChanged())).
+		Watches(&v1beta1.IPAddressPool{}, all).
+		Watches(&v1beta1.L2Advertisement{}, all).
+		WatchesRawSource(r.membershipSource()).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		Complete(r)
+}
+
+// nodeChanged passes Node events that can change an election: labels (node
+// selectors, exclude label) and the NetworkUnavailable condition, not the
+// heartbeat-driven status churn.
+func nodeChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e eventUpdate) bool {
+			o, ok1 := e.ObjectOld.(*corev1.Node)
+			n, ok2 := e.ObjectNew.(*corev1.Node)
+			if !ok1 || !ok2 {
+				return true
+			}
+			return !labels.Equals(o.Labels, n.Labels) || networkUnavailable(o) != networkUnavailable(n)
+		},
+	}
+}
+
+func networkUnavailable(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeNetworkUnavailable {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
