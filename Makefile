@@ -93,6 +93,12 @@ test-unit: ## Run the Go tests (envtest suites use the API server in ./bin).
 build: ## Build the ironlb binary into ./bin.
 	go build -o $(LOCALBIN)/ironlb ./cmd/ironlb
 
+IMG ?= ghcr.io/ironlb/ironlb:$(shell awk '/^appVersion:/ {gsub(/"/, "", $$2); print $$2}' charts/ironlb/Chart.yaml)
+.PHONY: image
+image: ## Build the container image (needs Docker; the lab runs bin/ironlb instead).
+	@command -v docker >/dev/null || { echo "make image needs Docker; the lab (make demo) needs no image"; exit 1; }
+	docker build -t $(IMG) .
+
 ##@ Tools
 
 .PHONY: tools
