@@ -21,7 +21,8 @@ one node answer ARP (IPv4) and NDP (IPv6) for it, as MetalLB's layer-2 mode does
 
 Run "ironlb controller" once per cluster (a Deployment) and "ironlb speaker" on every
 node (a DaemonSet with host networking and NET_RAW).`,
-		SilenceUsage: true,
+		SilenceUsage:  true,
+		SilenceErrors: true, // main prints the error once
 	}
 	root.AddCommand(newControllerCommand(), newSpeakerCommand())
 	if err := root.Execute(); err != nil {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +26,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
+	utilexec "k8s.io/client-go/util/exec"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
@@ -99,11 +104,20 @@ func TestAgentWithAPIServer(t *testing.T) {
 		}
 	})
 
+	// poll waits for cond; on timeout it reports the pods' states, which
+	// together with the agent's log (t.Log) explain what did not happen.
 	poll := func(what string, cond func() (bool, error)) {
 		t.Helper()
 		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 90*time.Second, true, func(context.Context) (bool, error) { return cond() })
 		if err != nil {
-			t.Fatalf("waiting for %s: %v", what, err)
+			var states []string
+			if pods, lerr := client.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{}); lerr == nil {
+				for _, p := range pods.Items {
+					b, _ := json.Marshal(p.Status)
+					states = append(states, p.Name+": "+string(b))
+				}
+			}
+			t.Fatalf("waiting for %s: %v\npods:\n%s", what, err, strings.Join(states, "\n"))
 		}
 	}
 	poll("node Ready", func() (bool, error) {
@@ -188,6 +202,40 @@ func TestAgentWithAPIServer(t *testing.T) {
 		}
 	}
 
+	// The kubelet exec endpoint (kubectl exec through the API server).
+	execIn := func(stdin string, command ...string) (string, error) {
+		u, _ := url.Parse(fmt.Sprintf("https://127.0.0.1:%d/exec/%s/whoami-1/whoami?output=1&error=1", port, ns))
+		q := u.Query()
+		for _, c := range command {
+			q.Add("command", c)
+		}
+		if stdin != "" {
+			q.Set("input", "1")
+		}
+		u.RawQuery = q.Encode()
+		ex, err := remotecommand.NewSPDYExecutor(&rest.Config{Host: u.Host, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}, "POST", u)
+		if err != nil {
+			return "", err
+		}
+		var out strings.Builder
+		opts := remotecommand.StreamOptions{Stdout: &out, Stderr: &out}
+		if stdin != "" {
+			opts.Stdin = strings.NewReader(stdin)
+		}
+		err = ex.StreamWithContext(ctx, opts)
+		return out.String(), err
+	}
+	if out, err := execIn("", "sh", "-c", "hostname; echo $KEY; ip -o -4 addr show dev eth0 | grep -c 10.244.78.2; echo oops >&2"); err != nil || out != "whoami-1\ns3cret\n1\noops\n" {
+		t.Errorf("exec in the container: %q %v", out, err)
+	}
+	if out, err := execIn("hello\n", "cat"); err != nil || out != "hello\n" {
+		t.Errorf("exec with stdin: %q %v", out, err)
+	}
+	var ce utilexec.CodeExitError
+	if _, err := execIn("", "sh", "-c", "exit 7"); !errors.As(err, &ce) || ce.Code != 7 {
+		t.Errorf("exec exit code: %v, want exit code 7", err)
+	}
+
 	// An image the lab does not have: Pending with a clear reason.
 	bad := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "nginx-1"}, Spec: corev1.PodSpec{
 		NodeName: "ilb-test-node", Containers: []corev1.Container{{Name: "nginx", Image: "nginx:1.27"}}}}
@@ -228,6 +276,75 @@ func TestAgentWithAPIServer(t *testing.T) {
 		_, err := client.CoreV1().Pods(ns).Get(ctx, "hostnet", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
+
+	// An init container fills an emptyDir the main container checks in its
+	// readiness probe; a failing liveness probe restarts the main container.
+	initPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "init-live"}, Spec: corev1.PodSpec{
+		NodeName: "ilb-test-node", TerminationGracePeriodSeconds: ptr.To[int64](1),
+		Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+		InitContainers: []corev1.Container{{Name: "init", Image: "traefik/whoami", Command: []string{"sh", "-c", "echo ok > /ilb-test-data/init-done"},
+			VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/ilb-test-data"}}}},
+		Containers: []corev1.Container{{Name: "main", Image: "traefik/whoami", Command: []string{"sleep", "600"},
+			VolumeMounts:   []corev1.VolumeMount{{Name: "data", MountPath: "/ilb-test-data", ReadOnly: true}},
+			ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"test", "-f", "/ilb-test-data/init-done"}}}},
+			LivenessProbe: &corev1.Probe{PeriodSeconds: 1, FailureThreshold: 2, InitialDelaySeconds: 2,
+				ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"false"}}}},
+		}}}}
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, initPod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sawReady := false
+	poll("init container done, main Ready, then restarted by its liveness probe", func() (bool, error) {
+		p, err := client.CoreV1().Pods(ns).Get(ctx, "init-live", metav1.GetOptions{})
+		if err != nil || len(p.Status.ContainerStatuses) != 1 || len(p.Status.InitContainerStatuses) != 1 {
+			return false, nil
+		}
+		if it := p.Status.InitContainerStatuses[0].State.Terminated; it == nil || it.ExitCode != 0 {
+			return false, nil
+		}
+		sawReady = sawReady || podReady(p)
+		cs := p.Status.ContainerStatuses[0]
+		last := cs.LastTerminationState.Terminated
+		return sawReady && cs.RestartCount >= 1 && last != nil && strings.Contains(last.Message, "Liveness probe failed"), nil
+	})
+	if err := client.CoreV1().Pods(ns).Delete(ctx, "init-live", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A Secret update reaches the running pod's secret volume.
+	sec, err := client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "certs"}, StringData: map[string]string{"tls.crt": "v1"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "secvol"}, Spec: corev1.PodSpec{
+		NodeName: "ilb-test-node", TerminationGracePeriodSeconds: ptr.To[int64](1),
+		Volumes: []corev1.Volume{{Name: "certs", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "certs"}}}},
+		Containers: []corev1.Container{{Name: "main", Image: "traefik/whoami", Command: []string{"sleep", "600"},
+			VolumeMounts:   []corev1.VolumeMount{{Name: "certs", MountPath: "/ilb-test-certs", ReadOnly: true}},
+			ReadinessProbe: &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"grep", "-q", "v2", "/ilb-test-certs/tls.crt"}}}},
+		}}}}
+	created, err := client.CoreV1().Pods(ns).Create(ctx, secPod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll("secret pod Running (not Ready: the volume holds v1)", func() (bool, error) {
+		p, err := client.CoreV1().Pods(ns).Get(ctx, "secvol", metav1.GetOptions{})
+		return err == nil && p.Status.Phase == corev1.PodRunning && !podReady(p), nil
+	})
+	sec.StringData = map[string]string{"tls.crt": "v2"}
+	if _, err := client.CoreV1().Secrets(ns).Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll("secret update seen inside the container (pod Ready)", func() (bool, error) {
+		p, err := client.CoreV1().Pods(ns).Get(ctx, "secvol", metav1.GetOptions{})
+		return err == nil && podReady(p), nil
+	})
+	if b, _ := os.ReadFile(filepath.Join(a.podDir(created.UID), "volumes", "certs", "tls.crt")); string(b) != "v2" {
+		t.Errorf("secret volume on the host holds %q, want v2", b)
+	}
+	if err := client.CoreV1().Pods(ns).Delete(ctx, "secvol", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
 
 	// Restart policies: Never keeps a failed container terminated, OnFailure
 	// does not restart a successful one.

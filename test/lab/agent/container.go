@@ -32,6 +32,9 @@ const (
 	backoffFirst = 2 * time.Second
 	backoffMax   = time.Minute
 	backoffReset = 10 * time.Minute
+	// startRetryMax bounds the wait between attempts to start a container
+	// that could not be started at all (config or image errors).
+	startRetryMax = 5 * time.Second
 )
 
 var errStopped = errors.New("container stopped")
@@ -55,6 +58,9 @@ type containerRunner struct {
 	execEnv  []string
 	binds    []Bind
 	startedC bool
+	// logStarts are the log file offsets where each run of this agent
+	// started, for `kubectl logs` (current run) and `--previous`.
+	logStarts []int64
 }
 
 func newContainerRunner(w *podWorker, spec corev1.Container, kind containerKind, previous []corev1.ContainerStatus) *containerRunner {
@@ -166,7 +172,9 @@ func (r *containerRunner) loop(ctx context.Context) bool {
 				s.State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}}
 				s.Ready, s.Started = false, ptr.To(false)
 			})
-			backoff = nextBackoff(backoff)
+			// Missing Secrets and ConfigMaps usually appear moments later
+			// (created by a controller): retry start failures briskly.
+			backoff = min(nextBackoff(backoff), startRetryMax)
 			if !r.sleep(ctx, backoff) {
 				return false
 			}
@@ -261,6 +269,10 @@ func (r *containerRunner) start(ctx context.Context) (*runningProc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening container log: %w", err)
 	}
+	var logStart int64
+	if st, err := logf.Stat(); err == nil {
+		logStart = st.Size()
+	}
 	cmd := w.command(binds, r.spec.WorkingDir, prog, args)
 	cmd.Env = env.List()
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -279,6 +291,7 @@ func (r *containerRunner) start(ctx context.Context) (*runningProc, error) {
 	p := &runningProc{pid: cmd.Process.Pid, startedAt: metav1.Now(), exited: make(chan struct{})}
 	r.proc = cmd.Process
 	r.exited = p.exited
+	r.logStarts = append(r.logStarts, logStart)
 	r.execEnv = cmd.Env
 	r.binds = binds
 	hasStartup := r.spec.StartupProbe != nil
@@ -305,6 +318,24 @@ func (r *containerRunner) start(ctx context.Context) (*runningProc, error) {
 		close(p.exited)
 	}()
 	return p, nil
+}
+
+// logRange returns the log file range of the current run (or the previous
+// one): start offset and end offset (-1 = open ended); ok is false when
+// there is no such run.
+func (r *containerRunner) logRange(previous bool) (start, end int64, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := len(r.logStarts)
+	switch {
+	case !previous && n > 0:
+		return r.logStarts[n-1], -1, true
+	case !previous:
+		return 0, -1, true
+	case n >= 2:
+		return r.logStarts[n-2], r.logStarts[n-1], true
+	}
+	return 0, 0, false
 }
 
 func (r *containerRunner) markStarted() {
@@ -486,10 +517,15 @@ func (r *containerRunner) execIn(ctx context.Context, cmd []string) error {
 		return errors.New("empty command")
 	}
 	r.mu.Lock()
-	env, binds := r.execEnv, r.binds
+	env, binds, proc := r.execEnv, r.binds, r.proc
 	r.mu.Unlock()
-	c := r.w.command(binds, r.spec.WorkingDir, cmd[0], cmd[1:])
-	c.Env = env
+	var c *exec.Cmd
+	if proc != nil {
+		c, _ = r.execCommand(cmd)
+	} else {
+		c = r.w.command(binds, r.spec.WorkingDir, cmd[0], cmd[1:])
+		c.Env = env
+	}
 	var out strings.Builder
 	c.Stdout, c.Stderr = &out, &out
 	if err := c.Start(); err != nil {
@@ -508,6 +544,29 @@ func (r *containerRunner) execIn(ctx context.Context, cmd []string) error {
 		<-done
 		return fmt.Errorf("timed out: %w", ctx.Err())
 	}
+}
+
+// execCommand prepares cmd to run inside the running container: it joins
+// the container's mount, network and UTS namespaces with nsenter (a small C
+// program, far cheaper than starting pod-exec, a Go binary with client-go,
+// on a loaded machine where probe timeouts are a second) and gets the
+// container's environment.
+func (r *containerRunner) execCommand(cmd []string) (*exec.Cmd, error) {
+	r.mu.Lock()
+	env, proc := r.execEnv, r.proc
+	r.mu.Unlock()
+	if proc == nil {
+		return nil, fmt.Errorf("container %s is not running", r.spec.Name)
+	}
+	wd := r.spec.WorkingDir
+	if wd == "" {
+		wd = "/"
+	}
+	args := append([]string{"-t", strconv.Itoa(proc.Pid), "-m", "-n", "-u", "--wd=" + wd, "--"}, cmd...)
+	c := exec.Command("nsenter", args...)
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	c.Env = env
+	return c, nil
 }
 
 // command builds the process that runs prog in the pod's network namespace

@@ -6,8 +6,8 @@
 // namespace behind a veth pair with an address from the node's pod CIDR. The
 // agent resolves environment variables, materialises volumes (secret,
 // configMap, emptyDir, projected service-account tokens, downwardAPI), runs
-// probes, reports pod status and serves container logs the way the kubelet's
-// /containerLogs endpoint does, so `kubectl logs` works.
+// probes, reports pod status and serves the kubelet's /containerLogs and
+// /exec endpoints, so `kubectl logs` and `kubectl exec` work.
 //
 // It is not a container runtime: processes share the host file system (only a
 // private mount namespace per container, for the bind-mounted volumes), and

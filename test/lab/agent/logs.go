@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/big"
 	"net"
 	"net/http"
@@ -37,8 +38,9 @@ func (a *Agent) nodeAllocatable() corev1.ResourceList {
 }
 
 // serveKubelet serves the part of the kubelet API the API server uses for
-// `kubectl logs`: GET /containerLogs/{namespace}/{pod}/{container} with
-// follow, tailLines and limitBytes, over HTTPS with a self-signed certificate
+// `kubectl logs` (GET /containerLogs/{namespace}/{pod}/{container} with
+// follow, tailLines, limitBytes and previous) and `kubectl exec`
+// (/exec/{namespace}/{pod}/{container}), over HTTPS with a self-signed certificate
 // (the API server does not verify kubelet certificates unless it is given
 // --kubelet-certificate-authority).
 func (a *Agent) serveKubelet(ctx context.Context) error {
@@ -48,9 +50,10 @@ func (a *Agent) serveKubelet(ctx context.Context) error {
 	}
 	mux := a.kubeletMux()
 	srv := &http.Server{
-		Addr:              net.JoinHostPort("", strconv.Itoa(a.cfg.KubeletPort)),
-		Handler:           mux,
-		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		Addr:    net.JoinHostPort("", strconv.Itoa(a.cfg.KubeletPort)),
+		Handler: mux,
+		// HTTP/1.1 only: exec upgrades the connection to SPDY, which HTTP/2 cannot.
+		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}},
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
@@ -70,6 +73,7 @@ func (a *Agent) kubeletMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })
 	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", a.handleContainerLogs)
+	mux.HandleFunc("/exec/{namespace}/{pod}/{container}", a.handleExec)
 	return mux
 }
 
@@ -83,32 +87,43 @@ func (a *Agent) handleContainerLogs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer f.Close()
-	limit := int64(-1)
-	if s := q.Get("limitBytes"); s != "" {
-		if n, err := strconv.ParseInt(s, 10, 64); err == nil && n > 0 {
-			limit = n
+	// The file holds every run of the container; serve the current run (or
+	// the previous one) when this agent knows where they start.
+	start, end := int64(0), int64(-1)
+	if wk := a.workerByName(ns, pod); wk != nil {
+		if cr := wk.runner(container); cr != nil {
+			var ok bool
+			if start, end, ok = cr.logRange(q.Get("previous") == "true"); !ok {
+				http.Error(w, fmt.Sprintf("previous terminated container %q in pod %q not found", container, pod), http.StatusBadRequest)
+				return
+			}
 		}
 	}
-	tail := -1
+	size := int64(math.MaxInt64 - start)
+	if end >= 0 {
+		size = end - start
+	}
+	sec := io.NewSectionReader(f, start, size)
 	if s := q.Get("tailLines"); s != "" {
 		if n, err := strconv.Atoi(s); err == nil && n >= 0 {
-			tail = n
-		}
-	}
-	if tail >= 0 {
-		if off, err := tailOffset(f, tail); err == nil {
-			f.Seek(off, io.SeekStart)
+			if off, err := tailOffset(sec, n); err == nil {
+				sec = io.NewSectionReader(f, start+off, size-off)
+			} else {
+				sec.Seek(0, io.SeekStart)
+			}
 		}
 	}
 	w.Header().Set("Content-Type", "text/plain")
 	var out io.Writer = w
-	if limit >= 0 {
-		out = &limitWriter{w: w, n: limit}
+	if s := q.Get("limitBytes"); s != "" {
+		if n, err := strconv.ParseInt(s, 10, 64); err == nil && n > 0 {
+			out = &limitWriter{w: w, n: n}
+		}
 	}
-	if _, err := io.Copy(out, f); err != nil {
+	if _, err := io.Copy(out, sec); err != nil {
 		return
 	}
-	if q.Get("follow") != "true" {
+	if q.Get("follow") != "true" || end >= 0 {
 		return
 	}
 	flusher, _ := w.(http.Flusher)
@@ -121,7 +136,7 @@ func (a *Agent) handleContainerLogs(w http.ResponseWriter, r *http.Request) {
 			return
 		case <-time.After(250 * time.Millisecond):
 		}
-		if _, err := io.Copy(out, f); err != nil {
+		if _, err := io.Copy(out, sec); err != nil {
 			return
 		}
 		if a.workerByName(ns, pod) == nil {
@@ -147,19 +162,22 @@ func (l *limitWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// tailOffset returns the offset of the last n lines of f.
-func tailOffset(f *os.File, n int) (int64, error) {
+// tailOffset returns the offset in r of its last n lines.
+func tailOffset(r io.Reader, n int) (int64, error) {
 	var offsets []int64
 	var pos int64
-	br := bufio.NewReader(f)
+	br := bufio.NewReader(r)
 	for {
 		line, err := br.ReadBytes('\n')
 		if len(line) > 0 {
 			offsets = append(offsets, pos)
 			pos += int64(len(line))
 		}
-		if err != nil {
+		if err == io.EOF {
 			break
+		}
+		if err != nil {
+			return 0, err
 		}
 	}
 	if n >= len(offsets) {

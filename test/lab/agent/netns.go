@@ -12,7 +12,7 @@ import (
 )
 
 // Pod network plumbing. Every pod without hostNetwork gets a network
-// namespace ilb-p-<8 hex of its UID> and a veth pair: vp<8 hex> stays in the
+// namespace ilb-p-<8 hex of its UID> and a veth pair: veth<8 hex> stays in the
 // node namespace, eth0 lives in the pod namespace with the pod IP as a /32.
 // The pod reaches everything through the gateway 169.254.1.1, a link-local
 // address nobody owns: a permanent neighbour entry maps it to the node-side
@@ -33,7 +33,7 @@ func PodNetNames(uid types.UID) (netns, hostVeth string) {
 	if len(h) > 8 {
 		h = h[:8]
 	}
-	return "ilb-p-" + h, "vp" + h
+	return "ilb-p-" + h, "veth" + h
 }
 
 // Net runs the ip commands for pod networks. NodeNS is the node's network

@@ -41,6 +41,7 @@ type podWorker struct {
 	mains       []*containerRunner
 	tokens      map[string]cachedToken
 	statusFinal bool // no more status updates (the pod is being removed)
+	lastWritten *corev1.PodStatus
 }
 
 func newPodWorker(a *Agent, pod *corev1.Pod) *podWorker {
@@ -91,6 +92,16 @@ func (w *podWorker) deleting() (bool, bool) {
 }
 
 func (w *podWorker) markDirty() { signal(w.dirty) }
+
+// runner returns the container named name (main or init), or nil.
+func (w *podWorker) runner(name string) *containerRunner {
+	for _, r := range append(append([]*containerRunner{}, w.mains...), w.inits...) {
+		if r.spec.Name == name {
+			return r
+		}
+	}
+	return nil
+}
 
 // event records a Kubernetes event on the pod (the recorder aggregates repeats).
 func (w *podWorker) event(eventType, reason, format string, args ...any) {
@@ -200,7 +211,8 @@ func (w *podWorker) prepare(ctx context.Context) bool {
 		case <-w.notify:
 		case <-time.After(backoff):
 		}
-		backoff = min(backoff*2, 30*time.Second)
+		// Volumes wait for Secrets a controller creates: keep retries brisk.
+		backoff = min(backoff*2, 4*time.Second)
 	}
 }
 
@@ -308,6 +320,11 @@ func (w *podWorker) finish() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		w.a.net.Teardown(ctx, w.uid)
+		// The status keeps showing the address, as in Kubernetes, but it is
+		// free for new pods (completed Job pods must not exhaust the CIDR).
+		if err := w.a.ipam.Release(string(w.uid)); err != nil {
+			w.log.Error(err, "Releasing pod address failed")
+		}
 	}
 }
 
@@ -414,13 +431,21 @@ func (w *podWorker) syncStatus(ctx context.Context, final bool) bool {
 	pods := w.a.client.CoreV1().Pods(pod.Namespace)
 	for attempt := 0; attempt < 5; attempt++ {
 		st := w.computeStatus(pod, time.Now())
-		if apiequality.Semantic.DeepEqual(st, pod.Status) {
+		// The informer's copy may predate our last write: skip only when the
+		// status matches both.
+		w.mu.Lock()
+		last := w.lastWritten
+		w.mu.Unlock()
+		if apiequality.Semantic.DeepEqual(st, pod.Status) && (last == nil || apiequality.Semantic.DeepEqual(st, *last)) {
 			return true
 		}
 		upd := pod.DeepCopy()
 		upd.Status = st
-		_, err := pods.UpdateStatus(ctx, upd, metav1.UpdateOptions{})
+		res, err := pods.UpdateStatus(ctx, upd, metav1.UpdateOptions{})
 		if err == nil {
+			w.mu.Lock()
+			w.lastWritten = res.Status.DeepCopy()
+			w.mu.Unlock()
 			return true
 		}
 		if apierrors.IsNotFound(err) || ctx.Err() != nil {

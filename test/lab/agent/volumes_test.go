@@ -139,4 +139,27 @@ func TestContainerLogsEndpoint(t *testing.T) {
 	if code, body := get("/containerLogs/default/nope/web"); code != 404 || !strings.Contains(body, "no logs for container") {
 		t.Errorf("unknown pod: %d %q", code, body)
 	}
+
+	// A running pod: the current run, the previous one, tail within the run.
+	pod := testPod()
+	pod.Namespace, pod.Name = "default", "web-2"
+	pod.Spec.Containers = []corev1.Container{{Name: "web"}}
+	w := newPodWorker(a, pod)
+	a.workers[pod.UID] = w
+	if err := os.WriteFile(a.containerLogPath("default", "web-2", "web"), []byte("run1\nrun2 a\nrun2 b\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := get("/containerLogs/default/web-2/web?previous=true"); code != 400 {
+		t.Errorf("previous without a previous run: %d %q", code, body)
+	}
+	w.mains[0].logStarts = []int64{0, 5}
+	if code, body := get("/containerLogs/default/web-2/web"); code != 200 || body != "run2 a\nrun2 b\n" {
+		t.Errorf("current run: %d %q", code, body)
+	}
+	if code, body := get("/containerLogs/default/web-2/web?previous=true"); code != 200 || body != "run1\n" {
+		t.Errorf("previous run: %d %q", code, body)
+	}
+	if code, body := get("/containerLogs/default/web-2/web?tailLines=1"); code != 200 || body != "run2 b\n" {
+		t.Errorf("tailLines=1 of the current run: %d %q", code, body)
+	}
 }

@@ -160,9 +160,9 @@ var podNSPattern = regexp.MustCompile(`^ilb-p-[0-9a-f]{8}$`)
 // IsPodNS reports whether a namespace name has the shape of a pod namespace.
 func IsPodNS(name string) bool { return podNSPattern.MatchString(name) }
 
-var podVethPattern = regexp.MustCompile(`^vp([0-9a-f]{8})$`)
+var podVethPattern = regexp.MustCompile(`^veth([0-9a-f]{8})$`)
 
-// PodNSOfVeth returns the pod namespace behind a node-side pod veth (vp<8 hex>), or "".
+// PodNSOfVeth returns the pod namespace behind a node-side pod veth (veth<8 hex>), or "".
 func PodNSOfVeth(veth string) string {
 	m := podVethPattern.FindStringSubmatch(veth)
 	if m == nil {

@@ -59,17 +59,17 @@ func TestOwnership(t *testing.T) {
 		}
 	}
 	for name, want := range map[string]bool{
-		"vp0123abcd": false, "ilbp3": true, "ilbbr0": true, "eth0": false, "vpn0": false, "ilb0": false,
+		"veth0123abcd": false, "ilbp3": true, "ilbbr0": true, "eth0": false, "veth0": false, "ilb0": false,
 	} {
 		if got := IsLabLink(name); got != want {
 			t.Errorf("IsLabLink(%q) = %v, want %v", name, got, want)
 		}
 	}
-	if got := PodNSOfVeth("vp0123abcd"); got != "ilb-p-0123abcd" || !IsPodNS(got) {
-		t.Errorf("PodNSOfVeth(vp0123abcd) = %q", got)
+	if got := PodNSOfVeth("veth0123abcd"); got != "ilb-p-0123abcd" || !IsPodNS(got) {
+		t.Errorf("PodNSOfVeth(veth0123abcd) = %q", got)
 	}
-	if got := PodNSOfVeth("vpn0"); got != "" {
-		t.Errorf("PodNSOfVeth(vpn0) = %q, want none", got)
+	if got := PodNSOfVeth("veth0"); got != "" {
+		t.Errorf("PodNSOfVeth(veth0) = %q, want none", got)
 	}
 }
 
