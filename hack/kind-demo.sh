@@ -45,4 +45,9 @@ for ip in $(kubectl get svc svc1 svc2 svc3 -o jsonpath='{.items[*].status.loadBa
   docker run --rm --network kind nicolaka/netshoot sh -c \
     "for i in \$(seq 100); do curl -s $ip | grep Hostname; done | sort | uniq -c | sort -nr"
 done
-echo ">> done; remove with: kind delete cluster --name $CLUSTER"
+echo ">> starting the client container mypc on kind's network (for the e2e suite)"
+docker inspect mypc >/dev/null 2>&1 || docker run -d --name mypc --network kind nicolaka/netshoot sleep infinity >/dev/null
+echo ">> run the e2e suite against this cluster (docker exec into the nodes and mypc):"
+echo "   kind get kubeconfig --name $CLUSTER > /tmp/kind-$CLUSTER.kubeconfig"
+echo "   E2E_KUBECONFIG=/tmp/kind-$CLUSTER.kubeconfig E2E_HOSTS=docker E2E_CLIENT=mypc E2E_INSTALL=0 go test -tags e2e ./test/e2e -v"
+echo ">> done; remove with: docker rm -f mypc; kind delete cluster --name $CLUSTER"
