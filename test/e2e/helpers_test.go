@@ -139,22 +139,24 @@ func (e *Env) client(ctx context.Context, script string) (Result, error) {
 }
 
 // curlMany sends n requests from the client to ip, one connection each, and
-// returns the Hostname lines seen (pod name -> count) and the failed count.
-func (e *Env) curlMany(ctx context.Context, ip string, n int) (map[string]int, int, error) {
+// returns the Hostname lines seen (pod name -> count) and which requests
+// (1-based) failed.
+func (e *Env) curlMany(ctx context.Context, ip string, n int) (map[string]int, []int, error) {
 	script := fmt.Sprintf(`for i in $(seq %d); do h=$(curl -s -m 2 http://%s/ | grep '^Hostname:'); if [ -n "$h" ]; then echo "$h"; else echo FAILED; fi; done`, n, ip)
 	r, err := e.client(ctx, script)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
-	seen, failed := map[string]int{}, 0
-	for _, line := range strings.Split(strings.TrimSpace(r.Stdout), "\n") {
+	seen := map[string]int{}
+	var which []int
+	for i, line := range strings.Split(strings.TrimSpace(r.Stdout), "\n") {
 		if h, ok := strings.CutPrefix(line, "Hostname: "); ok {
 			seen[strings.TrimSpace(h)]++
 		} else {
-			failed++
+			which = append(which, i+1)
 		}
 	}
-	return seen, failed, nil
+	return seen, which, nil
 }
 
 // curlOnce reports whether one request from the client to ip succeeds, and
