@@ -307,3 +307,79 @@ func TestRequestedIPOutsidePool(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestL2AdvertisementInterfaces: an advertisement limited to eth0 announces
+// there and says so in ServiceL2Status; one limited to an interface no node
+// has is not answered, and the announcer reports announceFailed (MetalLB).
+func TestL2AdvertisementInterfaces(t *testing.T) {
+	e := requireEnv(t)
+	applyWalkthrough(t, e)
+	var watch []string
+	dumpOnFailure(t, e, func() []string { return watch })
+	ctx := ctxT(t)
+	macs, err := e.nodeMACs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, iface, ip string
+		works           bool
+	}{
+		{"e2e-if-eth0", "eth0", "172.18.254.30", true},
+		{"e2e-if-none", "ilbnone0", "172.18.254.40", false},
+	} {
+		pool := &v1beta1.IPAddressPool{
+			ObjectMeta: metav1.ObjectMeta{Name: c.name + "-pool", Namespace: Namespace},
+			Spec:       v1beta1.IPAddressPoolSpec{Addresses: []string{c.ip + "/32"}, AutoAssign: ptr(false)},
+		}
+		adv := &v1beta1.L2Advertisement{
+			ObjectMeta: metav1.ObjectMeta{Name: c.name + "-adv", Namespace: Namespace},
+			Spec:       v1beta1.L2AdvertisementSpec{IPAddressPools: []string{pool.Name}, Interfaces: []string{c.iface}},
+		}
+		e.create(t, pool)
+		e.create(t, adv)
+		svc := lbService(c.name, "webpod", "")
+		svc.Annotations["metallb.io/address-pool"] = pool.Name
+		e.create(t, svc)
+		if got := e.waitIngressIP(t, "default", c.name); got != c.ip {
+			t.Fatalf("%s got %s, want %s", c.name, got, c.ip)
+		}
+		node := e.waitAnnouncer(t, "default", c.name, "")
+		watch = append(watch, node)
+		if c.works {
+			e.waitServing(t, c.ip)
+			e.waitNeighbour(t, c.ip, node, macs)
+			poll(t, time.Minute, "ServiceL2Status interfaces [eth0]", func() (bool, string) {
+				var l2 v1beta1.ServiceL2StatusList
+				if err := e.C.List(ctx, &l2, client.InNamespace(Namespace), client.MatchingLabels{"metallb.io/service-name": c.name}); err != nil {
+					return false, err.Error()
+				}
+				for _, s := range l2.Items {
+					if len(s.Status.Interfaces) == 1 && s.Status.Interfaces[0].Name == "eth0" {
+						return true, ""
+					}
+					return false, fmt.Sprintf("interfaces %v", s.Status.Interfaces)
+				}
+				return false, "no ServiceL2Status"
+			})
+			continue
+		}
+		poll(t, time.Minute, "an announceFailed event on "+c.name, func() (bool, string) {
+			evs, err := e.serviceEvents(ctx, "default", c.name, "announceFailed")
+			if err != nil {
+				return false, err.Error()
+			}
+			if len(evs) == 0 {
+				return false, "none yet"
+			}
+			t.Logf("%s: %s: %s", c.name, evs[0].Reason, evs[0].Message)
+			return true, ""
+		})
+		if _, ok := e.curlOnce(ctx, c.ip); ok {
+			t.Errorf("%s (%s) answers although its advertisement's interface %s exists on no node", c.name, c.ip, c.iface)
+		}
+		if mac, line, _ := e.neighMAC(ctx, c.ip); mac != "" {
+			t.Errorf("%s: %s resolved %s: %s", c.name, ClientHost, c.ip, line)
+		}
+	}
+}
