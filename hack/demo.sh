@@ -57,18 +57,20 @@ step "installing ironlb into $NS with Helm (charts/ironlb)"
 "${HELM[@]}" upgrade --install ironlb charts/ironlb -n "$NS" --create-namespace --wait=false ||
 	fail "helm install failed" "${HELM[*]} status ironlb -n $NS" "${KUBECTL[*]} get events -n $NS"
 
-controller_ready() {
-	local want ready
-	want=$("${KUBECTL[@]}" get deploy -n "$NS" ironlb-controller -o jsonpath='{.spec.replicas}')
-	ready=$("${KUBECTL[@]}" get deploy -n "$NS" ironlb-controller -o jsonpath='{.status.readyReplicas}')
-	[ -n "$ready" ] && [ "$ready" = "$want" ]
-}
-speakers_ready() {
-	local want ready
-	want=$("${KUBECTL[@]}" get ds -n "$NS" ironlb-speaker -o jsonpath='{.status.desiredNumberScheduled}')
-	ready=$("${KUBECTL[@]}" get ds -n "$NS" ironlb-speaker -o jsonpath='{.status.numberReady}')
-	[ -n "$want" ] && [ "$want" != 0 ] && [ "$ready" = "$want" ]
-}
+# In the lab the image is bin/ironlb itself: pods started before the last build run the old
+# binary, so restart them (a reused lab after a code change).
+built=$(stat -c %Y bin/ironlb)
+for p in $("${KUBECTL[@]}" get pods -n "$NS" -l app.kubernetes.io/name=ironlb \
+	-o jsonpath='{range .items[*]}{.status.startTime}{"\n"}{end}'); do
+	if [ "$(date -d "$p" +%s)" -lt "$built" ]; then
+		step "bin/ironlb is newer than the running pods: restarting them"
+		"${KUBECTL[@]}" rollout restart -n "$NS" deployment/ironlb-controller daemonset/ironlb-speaker
+		break
+	fi
+done
+
+controller_ready() { "${KUBECTL[@]}" rollout status -n "$NS" deployment/ironlb-controller --timeout=2s; }
+speakers_ready() { "${KUBECTL[@]}" rollout status -n "$NS" daemonset/ironlb-speaker --timeout=2s; }
 # The pool and advertisement go through the validating webhook: wait until it answers.
 webhook_ready() {
 	"${KUBECTL[@]}" get endpointslices -n "$NS" -l kubernetes.io/service-name=ironlb-webhook-service \
@@ -118,6 +120,15 @@ announced() {
 wait_for "every service announced (ServiceL2Status)" 120 announced ||
 	fail "not every service has an announcing node" "${KUBECTL[*]} get servicel2statuses -n $NS" \
 		"${KUBECTL[*]} get events" "$LAB logs $NS/<speaker pod>"
+
+# kube-proxy programs the nodes asynchronously after the Services appear: wait until each IP
+# answers once, as a user would after seeing the EXTERNAL-IP.
+answers() { "$LAB" exec mypc -- curl -s -m 1 -o /dev/null "http://$1/"; }
+for ip in "${IPS[@]}"; do
+	wait_for "$ip answers from mypc" 60 answers "$ip" ||
+		fail "$ip does not answer from mypc" "$LAB exec mypc -- ip neigh" "${KUBECTL[*]} get servicel2statuses -n $NS" \
+			"$LAB exec <announcing node> -- iptables -t nat -S KUBE-SERVICES"
+done
 
 echo
 echo "\$ kubectl get ipaddresspools,l2advertisements -n $NS"
