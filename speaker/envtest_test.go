@@ -354,7 +354,7 @@ func TestFailoverWhileAPIServerDown(t *testing.T) {
 // test binary whose command line carries the environment's secure port.
 func killAPIServer(t *testing.T, env *envtest.Environment) {
 	t.Helper()
-	port := env.ControlPlane.APIServer.ListenAddr.Port
+	port := env.ControlPlane.APIServer.Port // the secure serving address (SecureServing.ListenAddr)
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, d := range dirs {
 		b, err := os.ReadFile(filepath.Join(d, "cmdline"))
