@@ -1,0 +1,106 @@
+package controllers_test
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ironlb/ironlb/controllers"
+)
+
+// With --webhook-mode=enabled the controller creates the webhook certificate, puts
+// its CA into the ValidatingWebhookConfiguration, serves the webhooks over TLS and
+// only then reports ready. (The API server cannot reach the webhook Service here,
+// so the configuration used matches no namespace; internal/webhook's own tests
+// cover admission through the API server.)
+func TestWebhookModeEnabled(t *testing.T) {
+	hookPort, probePort := freePort(t), freePort(t)
+	certDir := t.TempDir()
+	var vwcName string
+	h := newHarness(t, func(o *controllers.Options) {
+		vwcName = "ilb-test-webhooks-" + o.Namespace
+		o.WebhookMode = controllers.WebhookModeEnabled
+		o.WebhookPort = hookPort
+		o.WebhookCertDir = certDir
+		o.WebhookWriteCerts = true
+		o.WebhookConfigurationName = vwcName
+		o.HealthProbeBindAddress = fmt.Sprintf("127.0.0.1:%d", probePort)
+	})
+	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: vwcName},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name: "ipaddresspoolvalidationwebhook.metallb.io",
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{
+				Namespace: h.installNS, Name: "ironlb-webhook-service", Path: ptr.To("/validate-metallb-io-v1beta1-ipaddresspool"),
+			}},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Rule:       admissionregistrationv1.Rule{APIGroups: []string{"metallb.io"}, APIVersions: []string{"v1beta1"}, Resources: []string{"ipaddresspools"}},
+			}},
+			// Matches no namespace: the shared test API server must not call it.
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"ilb-never": "true"}},
+			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			AdmissionReviewVersions: []string{"v1"},
+		}},
+	}
+	h.create(vwc)
+	t.Cleanup(func() { _ = k8s.Delete(h.ctx, vwc) })
+	h.start()
+
+	h.eventually("/readyz to answer 200", func() (bool, string) {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort))
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status
+	})
+	if err := k8s.Get(h.ctx, client.ObjectKeyFromObject(vwc), vwc); err != nil {
+		t.Fatal(err)
+	}
+	if len(vwc.Webhooks[0].ClientConfig.CABundle) == 0 {
+		t.Error("the CA was not injected into the ValidatingWebhookConfiguration")
+	}
+	for _, f := range []string{"tls.crt", "tls.key"} {
+		if _, err := os.Stat(filepath.Join(certDir, f)); err != nil {
+			t.Errorf("certificate file: %v", err)
+		}
+	}
+	// The webhook server answers TLS at MetalLB's path (an empty body is a bad
+	// request, which is enough to show the handler is registered and serving).
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed, test only
+	resp, err := c.Post(fmt.Sprintf("https://127.0.0.1:%d/validate-metallb-io-v1beta1-ipaddresspool", hookPort), "application/json", nil)
+	if err != nil {
+		t.Fatalf("calling the webhook: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound {
+		t.Errorf("webhook path not served: %s", resp.Status)
+	}
+
+	// Allocation works alongside.
+	h.pool("first-pool", "172.18.255.200-172.18.255.250")
+	h.create(h.service("svc", nil))
+	h.waitIPs("svc", "172.18.255.200")
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
