@@ -354,7 +354,7 @@ func TestFailoverWhileAPIServerDown(t *testing.T) {
 // test binary whose command line carries the environment's secure port.
 func killAPIServer(t *testing.T, env *envtest.Environment) {
 	t.Helper()
-	port := env.ControlPlane.APIServer.SecureServing.ListenAddr.Port
+	port := env.ControlPlane.APIServer.Port // the secure serving address (SecureServing.ListenAddr)
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, d := range dirs {
 		b, err := os.ReadFile(filepath.Join(d, "cmdline"))
@@ -530,17 +530,17 @@ func freeUDPTCPPort(t *testing.T, addrs ...string) int {
 			t.Fatal(err)
 		}
 		port := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
+		_ = ln.Close() // only probed for a free port
 		ok := true
 		for _, a := range addrs {
 			hp := net.JoinHostPort(a, fmt.Sprint(port))
 			l, err1 := net.Listen("tcp", hp)
 			u, err2 := net.ListenPacket("udp", hp)
 			if l != nil {
-				l.Close()
+				_ = l.Close()
 			}
 			if u != nil {
-				u.Close()
+				_ = u.Close()
 			}
 			if err1 != nil || err2 != nil {
 				ok = false

@@ -2,6 +2,7 @@ package speaker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -74,7 +75,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		for _, c := range []prometheus.Collector{m.announced, m.members, m.ownerChanges} {
 			if err := reg.Register(c); err != nil {
 				// A second speaker in one process (tests) shares the first's.
-				if are, ok := err.(prometheus.AlreadyRegisteredError); ok {
+				if are := (prometheus.AlreadyRegisteredError{}); errors.As(err, &are) {
 					switch c.(type) {
 					case *prometheus.GaugeVec:
 						m.announced = are.ExistingCollector.(*prometheus.GaugeVec)
@@ -303,18 +304,20 @@ func (r *serviceReconciler) config(ctx context.Context) (*config.Config, error) 
 
 // Reconcile decides for one Service and applies the decision.
 func (r *serviceReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	if ctx.Err() != nil {
+	select {
+	case <-ctx.Done():
 		// Shutting down: our own memberlist leave must not withdraw the IPs;
 		// keep answering until the announcer stops after the leave, so
 		// clients always get an answer from the old or the new owner.
 		return reconcile.Result{}, nil
+	default:
 	}
 	if !r.ready.Load() {
 		// Electing with only ourselves as member would make every speaker
 		// announce everything for a moment at start-up.
 		return reconcile.Result{RequeueAfter: 250 * time.Millisecond}, nil
 	}
-	key := req.NamespacedName.String()
+	key := req.String()
 	log := r.log.WithValues("service", key)
 
 	svc := &corev1.Service{}

@@ -449,11 +449,11 @@ func (s *secretReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	}
 	key := sec.Data[SecretKeyField]
 	if len(key) == 0 {
-		s.log.Info("memberlist secret has no key; keeping the current one", "secret", req.NamespacedName.String(), "field", SecretKeyField)
+		s.log.Info("memberlist secret has no key; keeping the current one", "secret", req.String(), "field", SecretKeyField)
 		return reconcile.Result{}, nil
 	}
 	if err := s.ml.SetSecretKey(key); err != nil {
-		s.log.Error(err, "cannot apply the memberlist key", "secret", req.NamespacedName.String())
+		s.log.Error(err, "cannot apply the memberlist key", "secret", req.String())
 	}
 	return reconcile.Result{}, nil
 }
