@@ -243,6 +243,9 @@ func (r *serviceReconciler) snapshot(ctx context.Context) (Snapshot, error) {
 		Self:              r.opts.NodeName,
 		LoadBalancerClass: r.opts.LoadBalancerClass,
 		IgnoreExcludeLB:   r.opts.IgnoreExcludeLB,
+		// Without memberlist every Node is a member; readiness is the
+		// only liveness signal left.
+		RequireReady: r.ml == nil,
 	}
 	for i := range nodes.Items {
 		s.Nodes[nodes.Items[i].Name] = &nodes.Items[i]

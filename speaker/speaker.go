@@ -46,6 +46,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ironlb/ironlb/api/v1beta1"
+	"github.com/ironlb/ironlb/internal/election"
 	"github.com/ironlb/ironlb/internal/layer2"
 	"github.com/ironlb/ironlb/internal/membership"
 )
@@ -82,9 +83,10 @@ type Options struct {
 	// wildcard.
 	HostIP string
 
-	// DisableMemberlist: candidates are all nodes from the Node watch
-	// (MetalLB without memberlist; failover then waits for Kubernetes'
-	// node lifecycle).
+	// DisableMemberlist: candidates are the nodes from the Node watch whose
+	// Ready condition is True (failover then waits for the kubelet heartbeat
+	// to go stale and the node lifecycle controller to mark the node
+	// NotReady, about 40-50 s by default).
 	DisableMemberlist bool
 	// MLBindAddr and MLBindPort: memberlist listen address (METALLB_ML_BIND_ADDR,
 	// METALLB_ML_BIND_PORT, default 7946).
@@ -496,8 +498,9 @@ func (r *serviceReconciler) setup(mgr ctrl.Manager) error {
 }
 
 // nodeChanged passes Node events that can change an election: labels (node
-// selectors, exclude label) and the NetworkUnavailable condition, not the
-// heartbeat-driven status churn.
+// selectors, exclude label), the NetworkUnavailable condition and the Ready
+// condition (a candidate filter without memberlist), not the heartbeat-driven
+// status churn.
 func nodeChanged() predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e eventUpdate) bool {
@@ -506,7 +509,8 @@ func nodeChanged() predicate.Predicate {
 			if !ok1 || !ok2 {
 				return true
 			}
-			return !labels.Equals(o.Labels, n.Labels) || networkUnavailable(o) != networkUnavailable(n)
+			return !labels.Equals(o.Labels, n.Labels) || networkUnavailable(o) != networkUnavailable(n) ||
+				election.Ready(o) != election.Ready(n)
 		},
 	}
 }

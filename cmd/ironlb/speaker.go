@@ -109,7 +109,7 @@ MetalLB speaker Pod spec works unchanged.`,
 
 	// memberlist
 	f.BoolVar(&o.DisableMemberlist, "disable-memberlist", false,
-		"do not run memberlist: every node from the Node list is a candidate (failover then waits for Kubernetes node lifecycle)")
+		"do not run memberlist: candidates are the Nodes whose Ready condition is True, so failover waits for the node lifecycle controller to mark a dead node NotReady (about 40-50 s by default) instead of memberlist's seconds")
 	f.StringVar(&o.MLBindAddr, "ml-bindaddr", speakerEnv("METALLB_ML_BIND_ADDR", "0.0.0.0"),
 		"memberlist bind address (env METALLB_ML_BIND_ADDR, usually status.podIP = the host IP)")
 	f.IntVar(&o.MLBindPort, "ml-bindport", speakerEnvInt("METALLB_ML_BIND_PORT", membership.DefaultPort),
