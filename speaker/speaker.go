@@ -124,8 +124,8 @@ type Options struct {
 	// HealthProbeBindAddress serves /healthz and /readyz ("0" disables).
 	HealthProbeBindAddress string
 
-	// RestConfig to reach the API server; nil uses the usual kubeconfig
-	// lookup (in-cluster, KUBECONFIG, ~/.kube/config).
+	// RestConfig to reach the API server; nil uses controller-runtime's
+	// lookup: $KUBECONFIG if set, else in-cluster, else ~/.kube/config.
 	RestConfig *rest.Config
 	// Logger; the zero value discards.
 	Logger logr.Logger

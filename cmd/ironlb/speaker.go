@@ -100,7 +100,7 @@ MetalLB speaker Pod spec works unchanged.`,
 	f.BoolVar(&o.IgnoreExcludeLB, "ignore-exclude-lb", false,
 		"also announce from nodes labelled node.kubernetes.io/exclude-from-external-load-balancers")
 	f.StringVar(&kubeconfig, "kubeconfig", "",
-		"kubeconfig file; default: in-cluster service account, then $KUBECONFIG, then ~/.kube/config")
+		"kubeconfig file; default: $KUBECONFIG if set, else the in-cluster service account, else ~/.kube/config")
 	f.StringVar(&logLevel, "log-level", speakerEnv("METALLB_LOG_LEVEL", "info"), "log level: all, debug, info, warn, error or none")
 	f.IntVar(&metricsPort, "port", speakerEnvInt("METALLB_METRICS_PORT", 9120),
 		"Prometheus metrics port (HTTPS with Kubernetes authentication and authorization unless --metrics-secure=false); 0 disables")
