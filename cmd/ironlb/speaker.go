@@ -74,7 +74,7 @@ MetalLB speaker Pod spec works unchanged.`,
 			if healthPort > 0 {
 				o.HealthProbeBindAddress = fmt.Sprintf(":%d", healthPort)
 			}
-			if l2.ExcludeInterfaces, err = layer2.CompileExcludes(excludeIfaces); err != nil {
+			if l2.ExcludeInterfaces, err = layer2.CompileExcludes(nonEmpty(excludeIfaces)); err != nil {
 				return fmt.Errorf("--exclude-interfaces: %w", err)
 			}
 			o.Layer2 = l2
@@ -150,9 +150,24 @@ MetalLB speaker Pod spec works unchanged.`,
 		"spacing of the takeover bursts (> 1 s so one lands after old kernels' ARP locktime)")
 	f.DurationVar(&l2.RefreshInterval, "garp-refresh-interval", 0,
 		"if > 0, repeat a gratuitous burst this often while owning an IP (switches with short FDB ageing)")
-	f.StringSliceVar(&excludeIfaces, "exclude-interfaces", layer2.DefaultExcludeInterfaces,
-		"regular expressions of interface names never announced on (MetalLB's excludel2 defaults)")
+	// A StringArray, not a StringSlice: a comma belongs to the expression
+	// (^eth{1,3}$) instead of separating two.
+	f.StringArrayVar(&excludeIfaces, "exclude-interfaces", layer2.DefaultExcludeInterfaces,
+		"regular expression of interface names never announced on; repeat the flag for several (commas are part of the expression). "+
+			"Giving the flag replaces the defaults (MetalLB's excludel2 list); empty values are ignored, so --exclude-interfaces= alone excludes nothing")
 	return cmd
+}
+
+// nonEmpty drops empty flag values: --exclude-interfaces= is how "exclude
+// nothing" is written, and an empty expression would match every name.
+func nonEmpty(values []string) []string {
+	out := make([]string, 0, len(values))
+	for _, v := range values {
+		if v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 func speakerLogLevel(s string) (zapcore.Level, error) {
