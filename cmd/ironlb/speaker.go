@@ -92,7 +92,7 @@ MetalLB speaker Pod spec works unchanged.`,
 	f.StringVar(&o.HostIP, "host", os.Getenv("METALLB_HOST"),
 		"this node's IP (env METALLB_HOST, from status.hostIP); advertised to peers when --ml-bindaddr is a wildcard")
 	f.StringVar(&o.Namespace, "namespace", os.Getenv("METALLB_NAMESPACE"),
-		"install namespace (env METALLB_NAMESPACE): pools, advertisements, ServiceL2Status, speaker Pods and the memberlist Secret are read there only")
+		"install namespace (env METALLB_NAMESPACE): pools, advertisements, ServiceL2Status and speaker Pods are read there only")
 	f.StringVar(&o.PodName, "pod-name", os.Getenv("METALLB_POD_NAME"),
 		"this speaker's Pod name (env METALLB_POD_NAME); owner of its ServiceL2Status objects, and skipped in the peer list")
 	f.StringVar(&o.LoadBalancerClass, "lb-class", speakerEnv("METALLB_LB_CLASS", ""),
@@ -117,9 +117,8 @@ MetalLB speaker Pod spec works unchanged.`,
 	f.StringVar(&o.MLLabels, "ml-labels", speakerEnv("METALLB_ML_LABELS", speaker.DefaultSpeakerLabels),
 		"label selector of the speaker Pods whose IPs are the memberlist peers (env METALLB_ML_LABELS)")
 	f.StringVar(&o.MLSecretKeyPath, "ml-secret-key-path", os.Getenv("METALLB_ML_SECRET_KEY_PATH"),
-		"directory (or file) holding the memberlist Secret's 'secretkey' (env METALLB_ML_SECRET_KEY_PATH); the key encrypts and authenticates memberlist traffic")
-	f.StringVar(&o.MLSecretName, "ml-secret-name", os.Getenv("METALLB_ML_SECRET_NAME"),
-		"memberlist Secret read through the API when no key file is mounted, and watched for key rotation (env METALLB_ML_SECRET_NAME)")
+		"directory (or file) holding the mounted memberlist Secret's 'secretkey' (env METALLB_ML_SECRET_KEY_PATH); the key encrypts and authenticates memberlist traffic. "+
+			"Re-read every 10 s: a rotated Secret takes effect without a restart (the old key still decrypts). Empty: no encryption")
 	f.DurationVar(&ml.ProbeInterval, "ml-probe-interval", ml.ProbeInterval,
 		"memberlist: each member probes one other member this often; with --ml-suspicion-mult it sets failover time")
 	f.DurationVar(&ml.ProbeTimeout, "ml-probe-timeout", ml.ProbeTimeout,
