@@ -27,6 +27,7 @@ import (
 
 	"github.com/ironlb/ironlb/api/v1beta1"
 	"github.com/ironlb/ironlb/internal/config"
+	"github.com/ironlb/ironlb/internal/k8smetrics"
 	"github.com/ironlb/ironlb/internal/layer2"
 	"github.com/ironlb/ironlb/internal/membership"
 )
@@ -280,32 +281,58 @@ func (r *serviceReconciler) config(ctx context.Context) (*config.Config, error) 
 	for _, a := range ads.Items {
 		fmt.Fprintf(&b, "a/%s/%s;", a.Name, a.ResourceVersion)
 	}
-	key := b.String()
+	return r.state.loadConfig(r.log, b.String(), pools.Items, ads.Items), nil
+}
 
-	r.state.mu.Lock()
-	defer r.state.mu.Unlock()
-	if key == r.state.cfgKey {
-		return r.state.cfg, nil
+// loadConfig parses pools and advertisements whose versions are key, unless
+// key was parsed last time, and returns the configuration in effect. A failed
+// parse counts as an update error and, while an older configuration stays in
+// use, sets metallb_k8s_client_config_stale_bool; a good one sets
+// config_loaded_bool and clears stale.
+func (s *state) loadConfig(log logr.Logger, key string, pools []v1beta1.IPAddressPool, ads []v1beta1.L2Advertisement) *config.Config {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if key == s.cfgKey {
+		return s.cfg
 	}
 	// Namespaces only resolve serviceAllocation selectors, which the speaker
 	// does not use; nil keeps the speaker's RBAC and cache smaller.
-	cfg, err := config.Parse(pools.Items, ads.Items, nil)
-	r.state.cfgKey = key
+	cfg, err := config.Parse(pools, ads, nil)
+	s.cfgKey = key
 	if err != nil {
-		if msg := err.Error(); msg != r.state.cfgError {
-			r.log.Error(err, "invalid configuration; keeping the last valid one")
-			r.state.cfgError = msg
+		k8smetrics.UpdateErrors.Inc()
+		if s.cfg != nil {
+			k8smetrics.ConfigStale.Set(1)
 		}
-		return r.state.cfg, nil
+		if msg := err.Error(); msg != s.cfgError {
+			log.Error(err, "invalid configuration; keeping the last valid one", "haveValid", s.cfg != nil)
+			s.cfgError = msg
+		}
+		return s.cfg
 	}
-	r.state.cfgError = ""
-	r.state.cfg = cfg
-	r.log.Info("configuration loaded", "pools", len(cfg.Pools), "l2Advertisements", len(cfg.L2Advertisements))
-	return cfg, nil
+	s.cfgError = ""
+	s.cfg = cfg
+	k8smetrics.ConfigLoaded.Set(1)
+	k8smetrics.ConfigStale.Set(0)
+	log.Info("configuration loaded", "pools", len(cfg.Pools), "l2Advertisements", len(cfg.L2Advertisements))
+	return cfg
 }
 
-// Reconcile decides for one Service and applies the decision.
+// Reconcile decides for one Service and applies the decision; it counts in
+// metallb_k8s_client_updates_total and, on error, update_errors_total.
 func (r *serviceReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	if ctx.Err() != nil || !r.ready.Load() {
+		return r.reconcile(ctx, req)
+	}
+	k8smetrics.Updates.Inc()
+	res, err := r.reconcile(ctx, req)
+	if err != nil {
+		k8smetrics.UpdateErrors.Inc()
+	}
+	return res, err
+}
+
+func (r *serviceReconciler) reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	if ctx.Err() != nil {
 		// Shutting down: our own memberlist leave must not withdraw the IPs;
 		// keep answering until the announcer stops after the leave, so
