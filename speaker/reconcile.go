@@ -27,6 +27,7 @@ import (
 
 	"github.com/ironlb/ironlb/api/v1beta1"
 	"github.com/ironlb/ironlb/internal/config"
+	"github.com/ironlb/ironlb/internal/election"
 	"github.com/ironlb/ironlb/internal/k8smetrics"
 	"github.com/ironlb/ironlb/internal/layer2"
 	"github.com/ironlb/ironlb/internal/membership"
@@ -110,6 +111,9 @@ type state struct {
 	winners   map[string]string
 	created   map[string]string // service key -> ServiceL2Status name
 	conflicts map[string]conflictRecord
+	// unannounced is the reason last logged for a Service nobody announces,
+	// so the line appears once per change of reason, not per reconcile.
+	unannounced map[string]string
 
 	cfgKey   string
 	cfg      *config.Config
@@ -118,7 +122,7 @@ type state struct {
 
 func newState() *state {
 	return &state{announced: map[string]announced{}, winners: map[string]string{}, created: map[string]string{},
-		conflicts: map[string]conflictRecord{}}
+		conflicts: map[string]conflictRecord{}, unannounced: map[string]string{}}
 }
 
 // conflictRecord is the last address conflict reported for a Service's IP.
@@ -397,11 +401,32 @@ func (r *serviceReconciler) conflict(key string) (conflictRecord, bool) {
 	return c, ok
 }
 
+// notAnnouncedReasons are the reasons that leave a Service unannounced by
+// every node and that an operator can fix (endpoints, advertisements, node
+// labels or conditions, pools); they are logged at info level once per change.
+// Reasons that are normal (notOwner, other class, not a LoadBalancer) or
+// already reported elsewhere (noConfig: the config error) are not.
+var notAnnouncedReasons = map[string]bool{
+	election.ReasonNoCandidates:                true,
+	election.ReasonNoMatchingAdvertisement:     true,
+	election.ReasonNoReadyEndpoints:            true,
+	election.ReasonSharedIPWithServiceSelector: true,
+	ReasonIPNotAllowed:                         true,
+	ReasonInvalidIP:                            true,
+}
+
 // apply updates the announcer, metrics, events and logs when the decision
 // for key changed.
 func (r *serviceReconciler) apply(ctx context.Context, log logr.Logger, key string, svc *corev1.Service, want Want) {
 	self := r.opts.NodeName
+	unannounced := svc != nil && want.Winner == "" && notAnnouncedReasons[want.Reason]
 	r.state.mu.Lock()
+	prevReason := r.state.unannounced[key]
+	if unannounced {
+		r.state.unannounced[key] = want.Reason
+	} else {
+		delete(r.state.unannounced, key)
+	}
 	prev, had := r.state.announced[key]
 	prevWinner, hadWinner := r.state.winners[key]
 	if want.Winner != "" {
@@ -423,6 +448,10 @@ func (r *serviceReconciler) apply(ctx context.Context, log logr.Logger, key stri
 			delete(r.state.announced, key)
 			r.state.mu.Unlock()
 			log.Info("serviceWithdrawn", "reason", want.Reason, "winner", want.Winner, "ips", prev.ips)
+		} else if unannounced && want.Reason != prevReason {
+			// Every speaker logs this (each sees the same inputs), which
+			// is what an operator looking at any one speaker needs.
+			log.Info("serviceNotAnnounced: no node announces this Service", "reason", want.Reason, "ips", want.IPs, "pool", want.Pool)
 		}
 		return
 	}
