@@ -7,6 +7,7 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/ironlb/ironlb/internal/allocator"
+	"github.com/ironlb/ironlb/internal/k8smetrics"
 )
 
 // The metric names, help texts and labels are MetalLB's, so existing dashboards and
@@ -39,29 +40,17 @@ var (
 		Help: "Number of IPv6 addresses in use, per pool",
 	}, []string{"pool"})
 
-	clientUpdates = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: "metallb", Subsystem: "k8s_client", Name: "updates_total",
-		Help: "Number of k8s object updates that have been processed.",
-	})
-	clientUpdateErrors = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: "metallb", Subsystem: "k8s_client", Name: "update_errors_total",
-		Help: "Number of k8s object updates that failed for some reason.",
-	})
-	configLoaded = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: "metallb", Subsystem: "k8s_client", Name: "config_loaded_bool",
-		Help: "1 if the MetalLB configuration was successfully loaded at least once.",
-	})
-	configStale = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: "metallb", Subsystem: "k8s_client", Name: "config_stale_bool",
-		Help: "1 if running on a stale configuration, because the latest config failed to load.",
-	})
+	// Shared with the speaker, registered by internal/k8smetrics.
+	clientUpdates      = k8smetrics.Updates
+	clientUpdateErrors = k8smetrics.UpdateErrors
+	configLoaded       = k8smetrics.ConfigLoaded
+	configStale        = k8smetrics.ConfigStale
 )
 
 func init() {
 	crmetrics.Registry.MustRegister(
 		addressesTotal, ipv4AddressesTotal, ipv6AddressesTotal,
 		addressesInUse, ipv4AddressesInUse, ipv6AddressesInUse,
-		clientUpdates, clientUpdateErrors, configLoaded, configStale,
 	)
 }
 

@@ -343,7 +343,8 @@ func poolProblems(err error) map[string]string {
 	out := map[string]string{}
 	var walk func(error)
 	walk = func(err error) {
-		if fe, ok := err.(*config.FieldError); ok {
+		// Walk the whole tree by hand: errors.As would stop at the first FieldError.
+		if fe, ok := err.(*config.FieldError); ok { //nolint:errorlint // see above
 			if fe.Kind == "IPAddressPool" {
 				if out[fe.Name] != "" {
 					out[fe.Name] += "; "
@@ -352,7 +353,7 @@ func poolProblems(err error) map[string]string {
 			}
 			return
 		}
-		switch u := err.(type) {
+		switch u := err.(type) { //nolint:errorlint // walks the tree itself
 		case interface{ Unwrap() []error }:
 			for _, e := range u.Unwrap() {
 				walk(e)

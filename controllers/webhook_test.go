@@ -63,7 +63,7 @@ func TestWebhookModeEnabled(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, resp.Status
 	})
 	if err := k8s.Get(h.ctx, client.ObjectKeyFromObject(vwc), vwc); err != nil {
@@ -84,7 +84,7 @@ func TestWebhookModeEnabled(t *testing.T) {
 	if err != nil {
 		t.Fatalf("calling the webhook: %v", err)
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode == http.StatusNotFound {
 		t.Errorf("webhook path not served: %s", resp.Status)
 	}
@@ -101,6 +101,6 @@ func freePort(t *testing.T) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port
 }

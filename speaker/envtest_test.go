@@ -96,7 +96,7 @@ func runSpeaker(t *testing.T, cfg *rest.Config, node, ip string, port int) (stop
 		MLBindAddr:         ip,
 		MLBindPort:         port,
 		MLLabels:           "app=speaker",
-		MLSecretName:       "memberlist",
+		MLSecretKeyPath:    testKeyFile(t),
 		MetricsBindAddress: "0",
 		RestConfig:         cfg,
 		Logger:             speakerLogger(t, node),
@@ -118,6 +118,17 @@ func runSpeaker(t *testing.T, cfg *rest.Config, node, ip string, port int) (stop
 			t.Errorf("speaker %s did not stop", node)
 		}
 	}
+}
+
+// testKeyFile writes the memberlist key every test speaker shares, as the
+// mounted Secret would provide it.
+func testKeyFile(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), SecretKeyField)
+	if err := os.WriteFile(p, []byte("a long random string"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 func speakerLogger(t *testing.T, node string) logr.Logger {
@@ -164,7 +175,7 @@ func describeStatuses(items []v1beta1.ServiceL2Status) string {
 // testVIP is the Service's IP in the seeded cluster.
 const testVIP = "172.18.255.201"
 
-// seed creates the install namespace, the memberlist Secret, a pool and an
+// seed creates the install namespace, a pool and an
 // advertisement, nodes w1 and w2 with their speaker Pods (IPs 127.0.0.1 and
 // 127.0.0.2, the memberlist addresses), and Service ns1/web with testVIP and a
 // ready endpoint on w1.
@@ -174,8 +185,6 @@ func seed(t *testing.T, c client.Client) (nodes map[string]string, svc *corev1.S
 	create(t, c,
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}},
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns1"}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "memberlist"},
-			Data: map[string][]byte{SecretKeyField: []byte("a long random string")}},
 		&v1beta1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "p1"},
 			Spec: v1beta1.IPAddressPoolSpec{Addresses: []string{"172.18.255.200-172.18.255.250"}}},
 		&v1beta1.L2Advertisement{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "l2"},
@@ -354,7 +363,7 @@ func TestFailoverWhileAPIServerDown(t *testing.T) {
 // test binary whose command line carries the environment's secure port.
 func killAPIServer(t *testing.T, env *envtest.Environment) {
 	t.Helper()
-	port := env.ControlPlane.APIServer.SecureServing.ListenAddr.Port
+	port := env.ControlPlane.APIServer.Port // the secure serving address (SecureServing.ListenAddr)
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, d := range dirs {
 		b, err := os.ReadFile(filepath.Join(d, "cmdline"))
@@ -530,17 +539,17 @@ func freeUDPTCPPort(t *testing.T, addrs ...string) int {
 			t.Fatal(err)
 		}
 		port := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
+		_ = ln.Close() // only probed for a free port
 		ok := true
 		for _, a := range addrs {
 			hp := net.JoinHostPort(a, fmt.Sprint(port))
 			l, err1 := net.Listen("tcp", hp)
 			u, err2 := net.ListenPacket("udp", hp)
 			if l != nil {
-				l.Close()
+				_ = l.Close()
 			}
 			if u != nil {
-				u.Close()
+				_ = u.Close()
 			}
 			if err1 != nil || err2 != nil {
 				ok = false

@@ -188,7 +188,7 @@ func startARPClient(tb testing.TB, ctx context.Context) *arpClient {
 			ready <- err
 			return
 		}
-		defer h.Close()
+		defer func() { _ = h.Close() }()
 		if err := netns.Set(h); err != nil {
 			ready <- err
 			return
@@ -227,7 +227,7 @@ func startARPClient(tb testing.TB, ctx context.Context) *arpClient {
 		for {
 			select {
 			case <-ctx.Done():
-				c.Close()
+				_ = c.Close()
 				return
 			case <-t.C:
 				if c.Request(vip) == nil {
@@ -324,7 +324,9 @@ func BenchmarkFailoverARP(b *testing.B) {
 	}
 	trials := 20
 	if v := os.Getenv("IRONLB_FAILOVER_TRIALS"); v != "" {
-		fmt.Sscan(v, &trials)
+		if _, err := fmt.Sscan(v, &trials); err != nil {
+			b.Fatalf("IRONLB_FAILOVER_TRIALS=%q: %v", v, err)
+		}
 	}
 	mbSetup(b)
 	defer mbTeardown()

@@ -39,6 +39,8 @@ type Snapshot struct {
 	LoadBalancerClass string
 	// IgnoreExcludeLB: see election.Input.
 	IgnoreExcludeLB bool
+	// RequireReady: see election.Input; set when memberlist is disabled.
+	RequireReady bool
 }
 
 // Want is what this node should do for one Service.
@@ -91,6 +93,7 @@ func Decide(s Snapshot, svc *corev1.Service, eps []*discoveryv1.EndpointSlice) W
 		Members:         s.Members,
 		EndpointSlices:  eps,
 		IgnoreExcludeLB: s.IgnoreExcludeLB,
+		RequireReady:    s.RequireReady,
 	}, s.Self)
 	return Want{
 		Announce:      d.Announce,

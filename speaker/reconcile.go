@@ -2,6 +2,7 @@ package speaker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -27,6 +28,8 @@ import (
 
 	"github.com/ironlb/ironlb/api/v1beta1"
 	"github.com/ironlb/ironlb/internal/config"
+	"github.com/ironlb/ironlb/internal/election"
+	"github.com/ironlb/ironlb/internal/k8smetrics"
 	"github.com/ironlb/ironlb/internal/layer2"
 	"github.com/ironlb/ironlb/internal/membership"
 )
@@ -74,7 +77,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		for _, c := range []prometheus.Collector{m.announced, m.members, m.ownerChanges} {
 			if err := reg.Register(c); err != nil {
 				// A second speaker in one process (tests) shares the first's.
-				if are, ok := err.(prometheus.AlreadyRegisteredError); ok {
+				if are := (prometheus.AlreadyRegisteredError{}); errors.As(err, &are) {
 					switch c.(type) {
 					case *prometheus.GaugeVec:
 						m.announced = are.ExistingCollector.(*prometheus.GaugeVec)
@@ -109,6 +112,9 @@ type state struct {
 	winners   map[string]string
 	created   map[string]string // service key -> ServiceL2Status name
 	conflicts map[string]conflictRecord
+	// unannounced is the reason last logged for a Service nobody announces,
+	// so the line appears once per change of reason, not per reconcile.
+	unannounced map[string]string
 
 	cfgKey   string
 	cfg      *config.Config
@@ -117,7 +123,7 @@ type state struct {
 
 func newState() *state {
 	return &state{announced: map[string]announced{}, winners: map[string]string{}, created: map[string]string{},
-		conflicts: map[string]conflictRecord{}}
+		conflicts: map[string]conflictRecord{}, unannounced: map[string]string{}}
 }
 
 // conflictRecord is the last address conflict reported for a Service's IP.
@@ -243,6 +249,9 @@ func (r *serviceReconciler) snapshot(ctx context.Context) (Snapshot, error) {
 		Self:              r.opts.NodeName,
 		LoadBalancerClass: r.opts.LoadBalancerClass,
 		IgnoreExcludeLB:   r.opts.IgnoreExcludeLB,
+		// Without memberlist every Node is a member; readiness is the
+		// only liveness signal left.
+		RequireReady: r.ml == nil,
 	}
 	for i := range nodes.Items {
 		s.Nodes[nodes.Items[i].Name] = &nodes.Items[i]
@@ -277,44 +286,72 @@ func (r *serviceReconciler) config(ctx context.Context) (*config.Config, error) 
 	for _, a := range ads.Items {
 		fmt.Fprintf(&b, "a/%s/%s;", a.Name, a.ResourceVersion)
 	}
-	key := b.String()
+	return r.state.loadConfig(r.log, b.String(), pools.Items, ads.Items), nil
+}
 
-	r.state.mu.Lock()
-	defer r.state.mu.Unlock()
-	if key == r.state.cfgKey {
-		return r.state.cfg, nil
+// loadConfig parses pools and advertisements whose versions are key, unless
+// key was parsed last time, and returns the configuration in effect. A failed
+// parse counts as an update error and, while an older configuration stays in
+// use, sets metallb_k8s_client_config_stale_bool; a good one sets
+// config_loaded_bool and clears stale.
+func (s *state) loadConfig(log logr.Logger, key string, pools []v1beta1.IPAddressPool, ads []v1beta1.L2Advertisement) *config.Config {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if key == s.cfgKey {
+		return s.cfg
 	}
 	// Namespaces only resolve serviceAllocation selectors, which the speaker
 	// does not use; nil keeps the speaker's RBAC and cache smaller.
-	cfg, err := config.Parse(pools.Items, ads.Items, nil)
-	r.state.cfgKey = key
+	cfg, err := config.Parse(pools, ads, nil)
+	s.cfgKey = key
 	if err != nil {
-		if msg := err.Error(); msg != r.state.cfgError {
-			r.log.Error(err, "invalid configuration; keeping the last valid one")
-			r.state.cfgError = msg
+		k8smetrics.UpdateErrors.Inc()
+		if s.cfg != nil {
+			k8smetrics.ConfigStale.Set(1)
 		}
-		return r.state.cfg, nil
+		if msg := err.Error(); msg != s.cfgError {
+			log.Error(err, "invalid configuration; keeping the last valid one", "haveValid", s.cfg != nil)
+			s.cfgError = msg
+		}
+		return s.cfg
 	}
-	r.state.cfgError = ""
-	r.state.cfg = cfg
-	r.log.Info("configuration loaded", "pools", len(cfg.Pools), "l2Advertisements", len(cfg.L2Advertisements))
-	return cfg, nil
+	s.cfgError = ""
+	s.cfg = cfg
+	k8smetrics.ConfigLoaded.Set(1)
+	k8smetrics.ConfigStale.Set(0)
+	log.Info("configuration loaded", "pools", len(cfg.Pools), "l2Advertisements", len(cfg.L2Advertisements))
+	return cfg
 }
 
-// Reconcile decides for one Service and applies the decision.
+// Reconcile decides for one Service and applies the decision; it counts in
+// metallb_k8s_client_updates_total and, on error, update_errors_total.
 func (r *serviceReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || !r.ready.Load() {
+		return r.reconcile(ctx, req)
+	}
+	k8smetrics.Updates.Inc()
+	res, err := r.reconcile(ctx, req)
+	if err != nil {
+		k8smetrics.UpdateErrors.Inc()
+	}
+	return res, err
+}
+
+func (r *serviceReconciler) reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	select {
+	case <-ctx.Done():
 		// Shutting down: our own memberlist leave must not withdraw the IPs;
 		// keep answering until the announcer stops after the leave, so
 		// clients always get an answer from the old or the new owner.
 		return reconcile.Result{}, nil
+	default:
 	}
 	if !r.ready.Load() {
 		// Electing with only ourselves as member would make every speaker
 		// announce everything for a moment at start-up.
 		return reconcile.Result{RequeueAfter: 250 * time.Millisecond}, nil
 	}
-	key := req.NamespacedName.String()
+	key := req.String()
 	log := r.log.WithValues("service", key)
 
 	svc := &corev1.Service{}
@@ -367,11 +404,32 @@ func (r *serviceReconciler) conflict(key string) (conflictRecord, bool) {
 	return c, ok
 }
 
+// notAnnouncedReasons are the reasons that leave a Service unannounced by
+// every node and that an operator can fix (endpoints, advertisements, node
+// labels or conditions, pools); they are logged at info level once per change.
+// Reasons that are normal (notOwner, other class, not a LoadBalancer) or
+// already reported elsewhere (noConfig: the config error) are not.
+var notAnnouncedReasons = map[string]bool{
+	election.ReasonNoCandidates:                true,
+	election.ReasonNoMatchingAdvertisement:     true,
+	election.ReasonNoReadyEndpoints:            true,
+	election.ReasonSharedIPWithServiceSelector: true,
+	ReasonIPNotAllowed:                         true,
+	ReasonInvalidIP:                            true,
+}
+
 // apply updates the announcer, metrics, events and logs when the decision
 // for key changed.
 func (r *serviceReconciler) apply(ctx context.Context, log logr.Logger, key string, svc *corev1.Service, want Want) {
 	self := r.opts.NodeName
+	unannounced := svc != nil && want.Winner == "" && notAnnouncedReasons[want.Reason]
 	r.state.mu.Lock()
+	prevReason := r.state.unannounced[key]
+	if unannounced {
+		r.state.unannounced[key] = want.Reason
+	} else {
+		delete(r.state.unannounced, key)
+	}
 	prev, had := r.state.announced[key]
 	prevWinner, hadWinner := r.state.winners[key]
 	if want.Winner != "" {
@@ -393,6 +451,10 @@ func (r *serviceReconciler) apply(ctx context.Context, log logr.Logger, key stri
 			delete(r.state.announced, key)
 			r.state.mu.Unlock()
 			log.Info("serviceWithdrawn", "reason", want.Reason, "winner", want.Winner, "ips", prev.ips)
+		} else if unannounced && want.Reason != prevReason {
+			// Every speaker logs this (each sees the same inputs), which
+			// is what an operator looking at any one speaker needs.
+			log.Info("serviceNotAnnounced: no node announces this Service", "reason", want.Reason, "ips", want.IPs, "pool", want.Pool)
 		}
 		return
 	}

@@ -16,8 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -25,7 +23,6 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -46,6 +43,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ironlb/ironlb/api/v1beta1"
+	"github.com/ironlb/ironlb/internal/election"
 	"github.com/ironlb/ironlb/internal/layer2"
 	"github.com/ironlb/ironlb/internal/membership"
 )
@@ -53,7 +51,7 @@ import (
 // +kubebuilder:rbac:groups="",resources=services;nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch;update
-// +kubebuilder:rbac:groups="",namespace=metallb-system,resources=pods;secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",namespace=metallb-system,resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=metallb.io,namespace=metallb-system,resources=ipaddresspools;l2advertisements,verbs=get;list;watch
 // +kubebuilder:rbac:groups=metallb.io,namespace=metallb-system,resources=servicel2statuses,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=metallb.io,namespace=metallb-system,resources=servicel2statuses/status,verbs=get;update;patch
@@ -73,7 +71,7 @@ type Options struct {
 	// NodeName is this node (METALLB_NODE_NAME); required.
 	NodeName string
 	// Namespace is the install namespace (METALLB_NAMESPACE): pools,
-	// advertisements, ServiceL2Status, speaker Pods and the Secret live there.
+	// advertisements, ServiceL2Status and speaker Pods live there.
 	Namespace string
 	// PodName is this speaker's Pod (METALLB_POD_NAME), the owner of its
 	// ServiceL2Status objects (garbage-collected with the Pod).
@@ -82,9 +80,10 @@ type Options struct {
 	// wildcard.
 	HostIP string
 
-	// DisableMemberlist: candidates are all nodes from the Node watch
-	// (MetalLB without memberlist; failover then waits for Kubernetes'
-	// node lifecycle).
+	// DisableMemberlist: candidates are the nodes from the Node watch whose
+	// Ready condition is True (failover then waits for the kubelet heartbeat
+	// to go stale and the node lifecycle controller to mark the node
+	// NotReady, about 40-50 s by default).
 	DisableMemberlist bool
 	// MLBindAddr and MLBindPort: memberlist listen address (METALLB_ML_BIND_ADDR,
 	// METALLB_ML_BIND_PORT, default 7946).
@@ -93,11 +92,12 @@ type Options struct {
 	// MLLabels selects the speaker Pods whose IPs are the memberlist peers
 	// (METALLB_ML_LABELS).
 	MLLabels string
-	// MLSecretKeyPath is a directory holding the Secret's secretkey file
-	// (METALLB_ML_SECRET_KEY_PATH), read at start; MLSecretName, if set, is
-	// the Secret read (and watched for rotation) through the API.
+	// MLSecretKeyPath is the mounted memberlist Secret: a directory holding
+	// its secretkey file, or the file (METALLB_ML_SECRET_KEY_PATH). It is
+	// read at start and re-read every 10 s so a rotated Secret, which the
+	// kubelet updates in place, takes effect; the speaker needs no access to
+	// Secrets. Empty: memberlist traffic is not encrypted.
 	MLSecretKeyPath string
-	MLSecretName    string
 	// Membership timings; zero fields take membership.DefaultOptions.
 	Membership membership.Options
 
@@ -122,8 +122,8 @@ type Options struct {
 	// HealthProbeBindAddress serves /healthz and /readyz ("0" disables).
 	HealthProbeBindAddress string
 
-	// RestConfig to reach the API server; nil uses the usual kubeconfig
-	// lookup (in-cluster, KUBECONFIG, ~/.kube/config).
+	// RestConfig to reach the API server; nil uses controller-runtime's
+	// lookup: $KUBECONFIG if set, else in-cluster, else ~/.kube/config.
 	RestConfig *rest.Config
 	// Logger; the zero value discards.
 	Logger logr.Logger
@@ -190,10 +190,6 @@ func Run(ctx context.Context, opts Options) error {
 		&v1beta1.ServiceL2Status{}: {Namespaces: nsOnly},
 		&corev1.Pod{}:              {Namespaces: nsOnly, Label: podSelector},
 	}}
-	if opts.MLSecretName != "" {
-		cacheOpts.ByObject[&corev1.Secret{}] = cache.ByObject{Namespaces: nsOnly,
-			Field: fields.OneTermEqualSelector("metadata.name", opts.MLSecretName)}
-	}
 	metricsOpts := metricsserver.Options{BindAddress: opts.MetricsBindAddress, SecureServing: opts.MetricsSecure}
 	if opts.MetricsBindAddress == "" {
 		metricsOpts.BindAddress = "0"
@@ -246,9 +242,13 @@ func Run(ctx context.Context, opts Options) error {
 	// Membership.
 	var ml *membership.List
 	if !opts.DisableMemberlist {
-		key, err := readSecretKey(ctx, mgr.GetAPIReader(), opts)
-		if err != nil {
-			return err
+		var key []byte
+		keyPath := ""
+		if opts.MLSecretKeyPath != "" {
+			keyPath = keyFilePath(opts.MLSecretKeyPath)
+			if key, err = readKeyFile(keyPath); err != nil {
+				return err
+			}
 		}
 		mo := opts.Membership
 		mo.NodeName = opts.NodeName
@@ -261,6 +261,9 @@ func Run(ctx context.Context, opts Options) error {
 		ml, err = membership.Start(ctx, log.WithName("membership"), mo)
 		if err != nil {
 			return err
+		}
+		if keyPath != "" {
+			go watchKeyFile(ctx, log.WithName("membership"), keyPath, keyReloadInterval, key, ml.SetSecretKey)
 		}
 	}
 
@@ -288,11 +291,6 @@ func Run(ctx context.Context, opts Options) error {
 	if ml != nil {
 		if err := (&peerReconciler{Client: mgr.GetClient(), log: log.WithName("peers"), opts: opts, ml: ml, ready: &r.ready}).setup(mgr); err != nil {
 			return err
-		}
-		if opts.MLSecretName != "" {
-			if err := (&secretReconciler{Client: mgr.GetClient(), log: log.WithName("secret"), opts: opts, ml: ml}).setup(mgr); err != nil {
-				return err
-			}
 		}
 		// Do not announce from a one-member view forever if peer discovery
 		// is broken: after a bound, trust what memberlist has.
@@ -338,54 +336,6 @@ func Run(ctx context.Context, opts Options) error {
 	return nil
 }
 
-// readSecretKey reads the memberlist key: the secretkey file under
-// MLSecretKeyPath if present, else the Secret through the API (retrying
-// until it exists: the controller creates it). No source configured means no
-// encryption.
-func readSecretKey(ctx context.Context, reader client.Reader, opts Options) ([]byte, error) {
-	if opts.MLSecretKeyPath != "" {
-		p := opts.MLSecretKeyPath
-		if st, err := os.Stat(p); err == nil && st.IsDir() {
-			p = filepath.Join(p, SecretKeyField)
-		}
-		b, err := os.ReadFile(p)
-		if err == nil && len(b) > 0 {
-			return b, nil
-		}
-		if opts.MLSecretName == "" {
-			return nil, fmt.Errorf("read memberlist secret key %s: %w", p, orEmpty(err))
-		}
-	}
-	if opts.MLSecretName == "" {
-		return nil, nil
-	}
-	key := types.NamespacedName{Namespace: opts.Namespace, Name: opts.MLSecretName}
-	var last error
-	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); {
-		var s corev1.Secret
-		last = reader.Get(ctx, key, &s)
-		if last == nil {
-			if b := s.Data[SecretKeyField]; len(b) > 0 {
-				return b, nil
-			}
-			last = fmt.Errorf("secret %s has no %q data", key, SecretKeyField)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(2 * time.Second):
-		}
-	}
-	return nil, fmt.Errorf("read memberlist secret %s: %w", key, last)
-}
-
-func orEmpty(err error) error {
-	if err == nil {
-		return errors.New("file is empty")
-	}
-	return err
-}
-
 func ptr[T any](v T) *T { return &v }
 
 // peerReconciler keeps the memberlist peers equal to the speaker Pods' IPs.
@@ -422,38 +372,6 @@ func (p *peerReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (re
 	p.ml.SetPeers(addrs) // joins synchronously the peers not yet members
 	if !p.ready.Swap(true) {
 		p.log.Info("initial peer join done", "peers", len(addrs), "members", p.ml.Members())
-	}
-	return reconcile.Result{}, nil
-}
-
-// secretReconciler rotates the memberlist key when the Secret changes.
-type secretReconciler struct {
-	client.Client
-	log  logr.Logger
-	opts Options
-	ml   *membership.List
-}
-
-func (s *secretReconciler) setup(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).Named("speaker-memberlist-secret").
-		For(&corev1.Secret{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
-			return o.GetNamespace() == s.opts.Namespace && o.GetName() == s.opts.MLSecretName
-		}))).
-		Complete(s)
-}
-
-func (s *secretReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	var sec corev1.Secret
-	if err := s.Get(ctx, req.NamespacedName, &sec); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
-	}
-	key := sec.Data[SecretKeyField]
-	if len(key) == 0 {
-		s.log.Info("memberlist secret has no key; keeping the current one", "secret", req.NamespacedName.String(), "field", SecretKeyField)
-		return reconcile.Result{}, nil
-	}
-	if err := s.ml.SetSecretKey(key); err != nil {
-		s.log.Error(err, "cannot apply the memberlist key", "secret", req.NamespacedName.String())
 	}
 	return reconcile.Result{}, nil
 }
@@ -496,8 +414,9 @@ func (r *serviceReconciler) setup(mgr ctrl.Manager) error {
 }
 
 // nodeChanged passes Node events that can change an election: labels (node
-// selectors, exclude label) and the NetworkUnavailable condition, not the
-// heartbeat-driven status churn.
+// selectors, exclude label), the NetworkUnavailable condition and the Ready
+// condition (a candidate filter without memberlist), not the heartbeat-driven
+// status churn.
 func nodeChanged() predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e eventUpdate) bool {
@@ -506,7 +425,8 @@ func nodeChanged() predicate.Predicate {
 			if !ok1 || !ok2 {
 				return true
 			}
-			return !labels.Equals(o.Labels, n.Labels) || networkUnavailable(o) != networkUnavailable(n)
+			return !labels.Equals(o.Labels, n.Labels) || networkUnavailable(o) != networkUnavailable(n) ||
+				election.Ready(o) != election.Ready(n)
 		},
 	}
 }

@@ -74,7 +74,7 @@ MetalLB speaker Pod spec works unchanged.`,
 			if healthPort > 0 {
 				o.HealthProbeBindAddress = fmt.Sprintf(":%d", healthPort)
 			}
-			if l2.ExcludeInterfaces, err = layer2.CompileExcludes(excludeIfaces); err != nil {
+			if l2.ExcludeInterfaces, err = layer2.CompileExcludes(nonEmpty(excludeIfaces)); err != nil {
 				return fmt.Errorf("--exclude-interfaces: %w", err)
 			}
 			o.Layer2 = l2
@@ -92,7 +92,7 @@ MetalLB speaker Pod spec works unchanged.`,
 	f.StringVar(&o.HostIP, "host", os.Getenv("METALLB_HOST"),
 		"this node's IP (env METALLB_HOST, from status.hostIP); advertised to peers when --ml-bindaddr is a wildcard")
 	f.StringVar(&o.Namespace, "namespace", os.Getenv("METALLB_NAMESPACE"),
-		"install namespace (env METALLB_NAMESPACE): pools, advertisements, ServiceL2Status, speaker Pods and the memberlist Secret are read there only")
+		"install namespace (env METALLB_NAMESPACE): pools, advertisements, ServiceL2Status and speaker Pods are read there only")
 	f.StringVar(&o.PodName, "pod-name", os.Getenv("METALLB_POD_NAME"),
 		"this speaker's Pod name (env METALLB_POD_NAME); owner of its ServiceL2Status objects, and skipped in the peer list")
 	f.StringVar(&o.LoadBalancerClass, "lb-class", speakerEnv("METALLB_LB_CLASS", ""),
@@ -100,7 +100,7 @@ MetalLB speaker Pod spec works unchanged.`,
 	f.BoolVar(&o.IgnoreExcludeLB, "ignore-exclude-lb", false,
 		"also announce from nodes labelled node.kubernetes.io/exclude-from-external-load-balancers")
 	f.StringVar(&kubeconfig, "kubeconfig", "",
-		"kubeconfig file; default: in-cluster service account, then $KUBECONFIG, then ~/.kube/config")
+		"kubeconfig file; default: $KUBECONFIG if set, else the in-cluster service account, else ~/.kube/config")
 	f.StringVar(&logLevel, "log-level", speakerEnv("METALLB_LOG_LEVEL", "info"), "log level: all, debug, info, warn, error or none")
 	f.IntVar(&metricsPort, "port", speakerEnvInt("METALLB_METRICS_PORT", 9120),
 		"Prometheus metrics port (HTTPS with Kubernetes authentication and authorization unless --metrics-secure=false); 0 disables")
@@ -109,7 +109,7 @@ MetalLB speaker Pod spec works unchanged.`,
 
 	// memberlist
 	f.BoolVar(&o.DisableMemberlist, "disable-memberlist", false,
-		"do not run memberlist: every node from the Node list is a candidate (failover then waits for Kubernetes node lifecycle)")
+		"do not run memberlist: candidates are the Nodes whose Ready condition is True, so failover waits for the node lifecycle controller to mark a dead node NotReady (about 40-50 s by default) instead of memberlist's seconds")
 	f.StringVar(&o.MLBindAddr, "ml-bindaddr", speakerEnv("METALLB_ML_BIND_ADDR", "0.0.0.0"),
 		"memberlist bind address (env METALLB_ML_BIND_ADDR, usually status.podIP = the host IP)")
 	f.IntVar(&o.MLBindPort, "ml-bindport", speakerEnvInt("METALLB_ML_BIND_PORT", membership.DefaultPort),
@@ -117,9 +117,8 @@ MetalLB speaker Pod spec works unchanged.`,
 	f.StringVar(&o.MLLabels, "ml-labels", speakerEnv("METALLB_ML_LABELS", speaker.DefaultSpeakerLabels),
 		"label selector of the speaker Pods whose IPs are the memberlist peers (env METALLB_ML_LABELS)")
 	f.StringVar(&o.MLSecretKeyPath, "ml-secret-key-path", os.Getenv("METALLB_ML_SECRET_KEY_PATH"),
-		"directory (or file) holding the memberlist Secret's 'secretkey' (env METALLB_ML_SECRET_KEY_PATH); the key encrypts and authenticates memberlist traffic")
-	f.StringVar(&o.MLSecretName, "ml-secret-name", os.Getenv("METALLB_ML_SECRET_NAME"),
-		"memberlist Secret read through the API when no key file is mounted, and watched for key rotation (env METALLB_ML_SECRET_NAME)")
+		"directory (or file) holding the mounted memberlist Secret's 'secretkey' (env METALLB_ML_SECRET_KEY_PATH); the key encrypts and authenticates memberlist traffic. "+
+			"Re-read every 10 s: a rotated Secret takes effect without a restart (the old key still decrypts). Empty: no encryption")
 	f.DurationVar(&ml.ProbeInterval, "ml-probe-interval", ml.ProbeInterval,
 		"memberlist: each member probes one other member this often; with --ml-suspicion-mult it sets failover time")
 	f.DurationVar(&ml.ProbeTimeout, "ml-probe-timeout", ml.ProbeTimeout,
@@ -150,9 +149,24 @@ MetalLB speaker Pod spec works unchanged.`,
 		"spacing of the takeover bursts (> 1 s so one lands after old kernels' ARP locktime)")
 	f.DurationVar(&l2.RefreshInterval, "garp-refresh-interval", 0,
 		"if > 0, repeat a gratuitous burst this often while owning an IP (switches with short FDB ageing)")
-	f.StringSliceVar(&excludeIfaces, "exclude-interfaces", layer2.DefaultExcludeInterfaces,
-		"regular expressions of interface names never announced on (MetalLB's excludel2 defaults)")
+	// A StringArray, not a StringSlice: a comma belongs to the expression
+	// (^eth{1,3}$) instead of separating two.
+	f.StringArrayVar(&excludeIfaces, "exclude-interfaces", layer2.DefaultExcludeInterfaces,
+		"regular expression of interface names never announced on; repeat the flag for several (commas are part of the expression). "+
+			"Giving the flag replaces the defaults (MetalLB's excludel2 list); empty values are ignored, so --exclude-interfaces= alone excludes nothing")
 	return cmd
+}
+
+// nonEmpty drops empty flag values: --exclude-interfaces= is how "exclude
+// nothing" is written, and an empty expression would match every name.
+func nonEmpty(values []string) []string {
+	out := make([]string, 0, len(values))
+	for _, v := range values {
+		if v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 func speakerLogLevel(s string) (zapcore.Level, error) {

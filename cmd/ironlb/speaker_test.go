@@ -1,9 +1,12 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ironlb/ironlb/internal/layer2"
 )
 
 // The flags take MetalLB's environment variables as defaults, and explicit
@@ -66,5 +69,35 @@ func TestSpeakerLogLevel(t *testing.T) {
 	}
 	if _, err := speakerLogLevel("loud"); err == nil {
 		t.Error("unknown level accepted")
+	}
+}
+
+// --exclude-interfaces takes one regular expression per flag, commas
+// included; the flag replaces the defaults, and an empty value alone means
+// no exclusion.
+func TestSpeakerExcludeInterfaces(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{nil, layer2.DefaultExcludeInterfaces},
+		{[]string{"--exclude-interfaces=^eth{1,3}$"}, []string{"^eth{1,3}$"}},
+		{[]string{"--exclude-interfaces=^a.*", "--exclude-interfaces=^b{2,}$"}, []string{"^a.*", "^b{2,}$"}},
+		{[]string{"--exclude-interfaces="}, []string{}},
+	} {
+		cmd := newSpeakerCommand()
+		if err := cmd.ParseFlags(tc.args); err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		got, err := cmd.Flags().GetStringArray("exclude-interfaces")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got = nonEmpty(got); !slices.Equal(got, tc.want) {
+			t.Errorf("%v: patterns %q, want %q", tc.args, got, tc.want)
+		}
+		if _, err := layer2.CompileExcludes(got); err != nil {
+			t.Errorf("%v: %v", tc.args, err)
+		}
 	}
 }

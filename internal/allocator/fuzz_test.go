@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"reflect"
@@ -156,7 +157,7 @@ func runOps(t *testing.T, data []byte) map[string]string {
 			_, _, had := a.Allocation(key)
 			ips, pool, err := a.Allocate(key, req)
 			if err != nil {
-				if _, ok := err.(*Error); !ok {
+				if e := (*Error)(nil); !errors.As(err, &e) {
 					t.Fatalf("untyped error %T %v", err, err)
 				}
 				if _, _, ok := a.Allocation(key); ok {
@@ -176,7 +177,7 @@ func runOps(t *testing.T, data []byte) map[string]string {
 			}
 			if op == 4 {
 				again, againPool, err := a.Allocate(key, req)
-				if err != nil || againPool != pool || !slices.Equal(again, ips) && !(len(ips) == 1 && nreq.Policy == prefer) {
+				if err != nil || againPool != pool || !slices.Equal(again, ips) && (len(ips) != 1 || nreq.Policy != prefer) {
 					t.Fatalf("re-Allocate(%s) = %v %q %v, first %v %q", key, again, againPool, err, ips, pool)
 				}
 			}
@@ -284,8 +285,8 @@ func FuzzParseService(f *testing.F) {
 			}
 		}
 		if err != nil {
-			e, ok := err.(*Error)
-			if !ok || e.Reason == "" || e.Message == "" {
+			var e *Error
+			if !errors.As(err, &e) || e.Reason == "" || e.Message == "" {
 				t.Fatalf("bad error %T %v", err, err)
 			}
 			named := false

@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"runtime"
@@ -85,7 +86,7 @@ func reason(err error) string {
 	if err == nil {
 		return ""
 	}
-	if e, ok := err.(*Error); ok {
+	if e := (*Error)(nil); errors.As(err, &e) {
 		return e.Reason
 	}
 	return fmt.Sprintf("untyped(%v)", err)

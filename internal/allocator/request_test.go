@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -129,7 +130,7 @@ func TestParseService(t *testing.T) {
 				if err == nil {
 					t.Fatalf("no error, want one containing %q", tt.errHas)
 				}
-				if _, ok := err.(*Error); !ok {
+				if e := (*Error)(nil); !errors.As(err, &e) {
 					t.Fatalf("error %T, want *Error", err)
 				}
 				for _, s := range tt.errHas {

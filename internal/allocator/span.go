@@ -180,15 +180,8 @@ func (s *span) addr(i u128) netip.Addr {
 	return u128Addr6(s.first6.add(i))
 }
 
-// size is the number of usable addresses in the span.
-func (s *span) size() u128 {
-	if s.empty {
-		return u128{}
-	}
-	return s.lastIdx.add(u128{0, 1}) // wraps to 0 only for ::/0, see sizeSat
-}
-
-// sizeSat is size saturated at 2^128-1 (the whole IPv6 space).
+// sizeSat is the number of usable addresses in the span, saturated at 2^128-1: the whole
+// IPv6 space (::/0) has 2^128 addresses, one more than a u128 holds.
 func (s *span) sizeSat() u128 {
 	if s.empty {
 		return u128{}

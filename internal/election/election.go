@@ -37,7 +37,8 @@ const (
 	// ReasonNoReadyEndpoints: the Service has no endpoint that can serve.
 	ReasonNoReadyEndpoints = "noReadyEndpoints"
 	// ReasonNoCandidates: endpoints and advertisements exist, but no live,
-	// usable node qualifies (all excluded, NetworkUnavailable, not members, or
+	// usable node qualifies (all excluded, NetworkUnavailable, not members,
+	// not Ready when memberlist is disabled, or
 	// for externalTrafficPolicy Local no member hosts a ready endpoint).
 	ReasonNoCandidates = "noCandidates"
 )
@@ -73,6 +74,14 @@ type Input struct {
 	// node.kubernetes.io/exclude-from-external-load-balancers (MetalLB's
 	// --ignore-exclude-lb).
 	IgnoreExcludeLB bool
+	// RequireReady drops nodes whose Ready condition is not True. Set it
+	// when Members is not a liveness signal (memberlist disabled, Members is
+	// every Node): node readiness, driven by the kubelet heartbeat and the
+	// node lifecycle controller, is then the only way a dead node stops
+	// being a candidate. With memberlist it stays false: memberlist detects
+	// a dead speaker faster, and a NotReady node whose speaker is alive can
+	// still answer ARP.
+	RequireReady bool
 }
 
 // Result is the outcome of Candidates.
@@ -123,6 +132,9 @@ func candidates(in Input) Result {
 	for _, name := range in.Members {
 		node := in.Nodes[name]
 		if node == nil || !Usable(node, in.IgnoreExcludeLB) {
+			continue
+		}
+		if in.RequireReady && !Ready(node) {
 			continue
 		}
 		if local != nil && !local[name] {
@@ -292,6 +304,17 @@ func Usable(node *corev1.Node, ignoreExcludeLB bool) bool {
 		}
 	}
 	return true
+}
+
+// Ready reports whether node's Ready condition is True. A node without the
+// condition (not yet reported by its kubelet) is not ready.
+func Ready(node *corev1.Node) bool {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // CanServe is MetalLB's rule for an endpoint that takes traffic: ready (an unset

@@ -479,3 +479,45 @@ func bruteTie(ip string, ns []string) bool {
 	}
 	return false
 }
+
+// Without memberlist (RequireReady) a node whose Ready condition is not True
+// is no candidate: it may be dead, and readiness is the only liveness signal.
+// With memberlist readiness is ignored.
+func TestCandidatesRequireReady(t *testing.T) {
+	const ip = "172.18.255.200"
+	withReady := func(name string, st corev1.ConditionStatus) *corev1.Node {
+		n := node(name, nil, false)
+		if st != "" {
+			n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeReady, Status: st})
+		}
+		return n
+	}
+	ns := nodes(
+		withReady("ready", corev1.ConditionTrue),
+		withReady("notready", corev1.ConditionFalse),
+		withReady("unknown", corev1.ConditionUnknown),
+		withReady("unreported", ""),
+	)
+	all := []string{"ready", "notready", "unknown", "unreported"}
+	in := Input{
+		KeyIP: ip, Service: svc(corev1.ServiceExternalTrafficPolicyCluster, nil, nil), Pool: "p1",
+		Advertisements: []*config.L2Advertisement{ad("all", []string{"p1"}, nil, nil, nil)},
+		Nodes:          ns, Members: all,
+		EndpointSlices: []*discoveryv1.EndpointSlice{slice(ep{node: "ready", ready: ptr(true)})},
+	}
+	if got := Candidates(in).Candidates; !reflect.DeepEqual(got, Rank(ip, all)) {
+		t.Errorf("memberlist mode: candidates %v, want every member %v", got, Rank(ip, all))
+	}
+	in.RequireReady = true
+	if got := Candidates(in); !reflect.DeepEqual(got.Candidates, []string{"ready"}) {
+		t.Errorf("RequireReady: candidates %v (reason %q), want [ready]", got.Candidates, got.Reason)
+	}
+	if d := Decide(in, "notready"); d.Announce || d.Winner != "ready" {
+		t.Errorf("RequireReady: Decide for notready = %+v, want winner ready, no announce", d)
+	}
+	in.Nodes = nodes(withReady("notready", corev1.ConditionFalse))
+	in.Members = []string{"notready"}
+	if got := Candidates(in); got.Reason != ReasonNoCandidates {
+		t.Errorf("RequireReady with no ready node: %+v, want reason %s", got, ReasonNoCandidates)
+	}
+}

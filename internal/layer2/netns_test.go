@@ -237,7 +237,7 @@ func startAnnouncerIn(t testing.TB, ns, ifname string, env ...string) *helper {
 			}
 		case <-time.After(10 * time.Second):
 			_ = cmd.Process.Kill()
-			<-done
+			t.Logf("killed announcer helper: %v", <-done)
 			t.Errorf("announcer did not stop within 10s of its context ending")
 		}
 	})
@@ -299,12 +299,12 @@ func inNetns(t testing.TB, ns string, fn func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer orig.Close()
+	defer func() { _ = orig.Close() }()
 	h, err := netns.GetFromName(ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.Close()
+	defer func() { _ = h.Close() }()
 	if err := netns.Set(h); err != nil {
 		t.Fatal(err)
 	}
@@ -434,7 +434,7 @@ func TestNetnsARPAndGratuitous(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer c.Close()
+			defer func() { _ = c.Close() }()
 			_, _ = c.Write([]byte("x"))
 		})
 		waitNeigh(t, l, "-6", l.vip6, l.macA)
@@ -632,7 +632,7 @@ func TestNetnsHandoverAndSplitBrain(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
+		defer func() { _ = c.Close() }()
 		_, _ = c.Write([]byte("x"))
 	})
 	waitNeighOn(t, l.nsC, client.ifname, "-4", l.vip4, hosts[0].mac)

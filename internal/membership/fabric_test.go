@@ -152,7 +152,7 @@ func startMember(tb testing.TB, f *fabric, name string, opts Options, logger log
 	}
 	opts.NodeName = name
 	opts.BindAddr = "127.0.0.1"
-	opts.BindPort = tr.NetTransport.GetAutoBindPort()
+	opts.BindPort = tr.GetAutoBindPort()
 	opts.transport = tr
 	ctx, cancel := context.WithCancel(context.Background())
 	l, err := Start(ctx, logger, opts)

@@ -360,6 +360,15 @@ func (l *List) SetSecretKey(secret []byte) error {
 	return nil
 }
 
+// PrimaryKey returns the key that encrypts outgoing traffic (nil without
+// encryption), to verify a rotation took effect.
+func (l *List) PrimaryKey() []byte {
+	if l.keyring == nil {
+		return nil
+	}
+	return l.keyring.GetPrimaryKey()
+}
+
 // NumMembers returns the number of members that are alive (not suspect).
 func (l *List) NumMembers() int { return l.ml.NumMembers() }
 

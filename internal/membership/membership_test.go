@@ -231,9 +231,9 @@ func freePort(t *testing.T) int {
 		}
 		port := ln.Addr().(*net.TCPAddr).Port
 		u, err := net.ListenPacket("udp", ln.Addr().String())
-		ln.Close()
+		_ = ln.Close() // only probed for a free port
 		if err == nil {
-			u.Close()
+			_ = u.Close()
 			return port
 		}
 	}

@@ -234,13 +234,14 @@ func writeIfChanged(path string, data []byte, mode os.FileMode) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	defer os.Remove(tmp.Name()) // No-op after a successful rename.
+	// Fails harmlessly (not found) after a successful rename; otherwise removes the leftover.
+	defer func() { _ = os.Remove(tmp.Name()) }()
 	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
+		_ = tmp.Close() // the write error is the one to report; the file is removed anyway
 		return false, err
 	}
 	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
+		_ = tmp.Close() // as above
 		return false, err
 	}
 	if err := tmp.Close(); err != nil {

@@ -96,7 +96,11 @@ func run(latencyN, bulkN, parallel, metricsPort int, keep, backlog bool) error {
 		return err
 	}
 	if !keep {
-		defer os.RemoveAll(work)
+		defer func() {
+			if err := os.RemoveAll(work); err != nil {
+				fmt.Fprintln(os.Stderr, "controller-bench: removing the work directory:", err)
+			}
+		}()
 	}
 
 	fmt.Println("# building ironlb")
@@ -404,14 +408,21 @@ func startController(ironlb, kubeconfig, dir, logName string, metricsPort int) (
 		return nil, fmt.Errorf("starting %s: %w", ironlb, err)
 	}
 	p := &proc{cmd: cmd, done: make(chan error, 1)}
-	go func() { p.done <- cmd.Wait(); logf.Close() }()
+	go func() {
+		err := cmd.Wait()
+		_ = logf.Close() // the controller's log; it has exited, nothing more to flush
+		p.done <- err
+	}()
 	return p, nil
 }
 
 func (p *proc) stop() error {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-p.done:
+	case err := <-p.done:
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "controller-bench: controller exit status after SIGTERM:", err)
+		}
 		return nil
 	case <-time.After(60 * time.Second):
 		p.kill()
@@ -431,7 +442,7 @@ func (p *proc) memory() (hwm, rss string) {
 	if err != nil {
 		return "?", "?"
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	s := bufio.NewScanner(f)
 	for s.Scan() {
 		k, v, _ := strings.Cut(s.Text(), ":")
@@ -458,7 +469,7 @@ func waitReconciled(port int, n int64, timeout time.Duration) error {
 		resp, err := http.Get(url)
 		if err == nil {
 			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			total := metricSum(string(body), "controller_runtime_reconcile_total", `controller="service"`)
 			depth := metricSum(string(body), "workqueue_depth", `name="service"`)
 			last = fmt.Sprintf("reconciles %v, queue depth %v", total, depth)
@@ -530,7 +541,7 @@ func printClientStats(port int) error {
 	if err != nil {
 		return fmt.Errorf("reading controller metrics: %w", err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, _ := io.ReadAll(resp.Body)
 	text := string(body)
 	var parts []string
@@ -593,12 +604,14 @@ func fetch(url, path string) error {
 	if err != nil {
 		return fmt.Errorf("fetching %s: %w", url, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
 	_, err = io.Copy(f, resp.Body)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
 	return err
 }

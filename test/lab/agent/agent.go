@@ -291,7 +291,9 @@ func (a *Agent) collectGarbage(store cache.Store) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		a.net.Teardown(ctx, uid)
 		cancel()
-		os.RemoveAll(a.podDir(uid))
+		if err := os.RemoveAll(a.podDir(uid)); err != nil {
+			a.log.Error(err, "Cannot remove the directory of a pod that no longer exists", "podUID", uid)
+		}
 	}
 	for _, k := range a.ipam.Keys() {
 		if !live[k] {

@@ -53,7 +53,11 @@ func TestAgentWithAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("starting envtest: %v", err)
 	}
-	t.Cleanup(func() { env.Stop() })
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Logf("stopping envtest: %v", err)
+		}
+	})
 	client := kubernetes.NewForConfigOrDie(restCfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -62,7 +66,11 @@ func TestAgentWithAPIServer(t *testing.T) {
 	if err := runIP(ctx, "netns", "add", nodeNS); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { runIP(context.Background(), "netns", "del", nodeNS) })
+	t.Cleanup(func() {
+		if err := runIP(context.Background(), "netns", "del", nodeNS); err != nil {
+			t.Logf("deleting netns %s: %v", nodeNS, err)
+		}
+	})
 	for _, args := range [][]string{{"link", "set", "lo", "up"}, {"addr", "add", "192.0.2.1/32", "dev", "lo"}} {
 		if err := runIP(ctx, append([]string{"-n", nodeNS}, args...)...); err != nil {
 			t.Fatal(err)
@@ -73,7 +81,9 @@ func TestAgentWithAPIServer(t *testing.T) {
 	dir := t.TempDir()
 	table, _ := json.Marshal(ImageTable{Images: map[string]ImageEntry{"traefik/whoami": {Program: self}}})
 	imagesPath := filepath.Join(dir, "images.json")
-	os.WriteFile(imagesPath, table, 0o644)
+	if err := os.WriteFile(imagesPath, table, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	port := freePort(t)
 	var a *Agent
 	var stopAgent context.CancelFunc
@@ -97,7 +107,9 @@ func TestAgentWithAPIServer(t *testing.T) {
 	startAgent()
 	t.Cleanup(func() {
 		stopAgent()
-		<-agentDone
+		if err := <-agentDone; err != nil {
+			t.Logf("agent Run: %v", err)
+		}
 		// Pods the test did not delete: remove their namespaces.
 		for _, k := range a.ipam.Keys() {
 			a.net.Teardown(context.Background(), types.UID(k))
@@ -123,7 +135,7 @@ func TestAgentWithAPIServer(t *testing.T) {
 	poll("node Ready", func() (bool, error) {
 		n, err := client.CoreV1().Nodes().Get(ctx, "ilb-test-node", metav1.GetOptions{})
 		if err != nil {
-			return false, nil
+			return false, nil //nolint:nilerr // not there yet: keep polling
 		}
 		for _, c := range n.Status.Conditions {
 			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
@@ -171,7 +183,7 @@ func TestAgentWithAPIServer(t *testing.T) {
 	poll("whoami pod Running and Ready", func() (bool, error) {
 		p, err := client.CoreV1().Pods(ns).Get(ctx, "whoami-1", metav1.GetOptions{})
 		if err != nil {
-			return false, nil
+			return false, nil //nolint:nilerr // not there yet: keep polling
 		}
 		got = p
 		return p.Status.Phase == corev1.PodRunning && podReady(p), nil
@@ -189,14 +201,16 @@ func TestAgentWithAPIServer(t *testing.T) {
 	}
 
 	// The kubelet endpoint serves the container's log file.
-	os.WriteFile(a.containerLogPath(ns, "whoami-1", "whoami"), []byte("hello from the log\n"), 0o644)
+	if err := os.WriteFile(a.containerLogPath(ns, "whoami-1", "whoami"), []byte("hello from the log\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, Proxy: nil}}
 	resp, err := hc.Get(fmt.Sprintf("https://127.0.0.1:%d/containerLogs/%s/whoami-1/whoami", port, ns))
 	if err != nil {
 		t.Errorf("kubelet endpoint: %v", err)
 	} else {
 		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if !strings.Contains(string(b), "hello from the log") {
 			t.Errorf("containerLogs answer: %d %q", resp.StatusCode, b)
 		}
@@ -245,7 +259,7 @@ func TestAgentWithAPIServer(t *testing.T) {
 	poll("nginx pod waiting with an image pull error", func() (bool, error) {
 		p, err := client.CoreV1().Pods(ns).Get(ctx, "nginx-1", metav1.GetOptions{})
 		if err != nil || len(p.Status.ContainerStatuses) != 1 {
-			return false, nil
+			return false, nil //nolint:nilerr // not there yet: keep polling
 		}
 		w := p.Status.ContainerStatuses[0].State.Waiting
 		return p.Status.Phase == corev1.PodPending && w != nil &&
@@ -297,7 +311,7 @@ func TestAgentWithAPIServer(t *testing.T) {
 	poll("init container done, main Ready, then restarted by its liveness probe", func() (bool, error) {
 		p, err := client.CoreV1().Pods(ns).Get(ctx, "init-live", metav1.GetOptions{})
 		if err != nil || len(p.Status.ContainerStatuses) != 1 || len(p.Status.InitContainerStatuses) != 1 {
-			return false, nil
+			return false, nil //nolint:nilerr // not there yet: keep polling
 		}
 		if it := p.Status.InitContainerStatuses[0].State.Terminated; it == nil || it.ExitCode != 0 {
 			return false, nil
@@ -366,7 +380,7 @@ func TestAgentWithAPIServer(t *testing.T) {
 		poll(name+" pod "+string(tc.phase), func() (bool, error) {
 			p, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 			if err != nil || p.Status.Phase != tc.phase || len(p.Status.ContainerStatuses) != 1 {
-				return false, nil
+				return false, nil //nolint:nilerr // not there yet: keep polling
 			}
 			term := p.Status.ContainerStatuses[0].State.Terminated
 			return term != nil && term.ExitCode == tc.code && p.Status.ContainerStatuses[0].RestartCount == 0, nil
@@ -385,7 +399,7 @@ func TestAgentWithAPIServer(t *testing.T) {
 	poll("whoami pod Ready again after an agent restart", func() (bool, error) {
 		p, err := client.CoreV1().Pods(ns).Get(ctx, "whoami-1", metav1.GetOptions{})
 		if err != nil || len(p.Status.ContainerStatuses) != 1 {
-			return false, nil
+			return false, nil //nolint:nilerr // not there yet: keep polling
 		}
 		cs := p.Status.ContainerStatuses[0]
 		return podReady(p) && cs.RestartCount == 1 && cs.State.Running != nil && p.Status.PodIP == "10.244.78.2", nil
@@ -433,6 +447,6 @@ func freePort(t *testing.T) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port
 }

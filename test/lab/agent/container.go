@@ -280,12 +280,12 @@ func (r *containerRunner) start(ctx context.Context) (*runningProc, error) {
 	r.mu.Lock()
 	if r.stopped {
 		r.mu.Unlock()
-		logf.Close()
+		_ = logf.Close() // nothing was written to it
 		return nil, errStopped
 	}
 	if err := cmd.Start(); err != nil {
 		r.mu.Unlock()
-		logf.Close()
+		_ = logf.Close() // the start error is the one to report
 		return nil, fmt.Errorf("starting %s: %w", prog, err)
 	}
 	p := &runningProc{pid: cmd.Process.Pid, startedAt: metav1.Now(), exited: make(chan struct{})}
@@ -310,7 +310,7 @@ func (r *containerRunner) start(ctx context.Context) (*runningProc, error) {
 	writePidfile(filepath.Join(w.dir, r.spec.Name+".pid"), p.pid)
 	go func() {
 		_ = cmd.Wait()
-		logf.Close()
+		_ = logf.Close() // the container's output: no one to report a failed flush to
 		p.state = cmd.ProcessState
 		r.mu.Lock()
 		r.proc = nil
@@ -531,17 +531,18 @@ func (r *containerRunner) execIn(ctx context.Context, cmd []string) error {
 	if err := c.Start(); err != nil {
 		return err
 	}
-	done := make(chan error, 1)
-	go func() { done <- c.Wait() }()
+	var waitErr error // read after done is closed
+	done := make(chan struct{})
+	go func() { waitErr = c.Wait(); close(done) }()
 	select {
-	case err := <-done:
-		if err != nil {
-			return fmt.Errorf("%w: %s", err, strings.TrimSpace(out.String()))
+	case <-done:
+		if waitErr != nil {
+			return fmt.Errorf("%w: %s", waitErr, strings.TrimSpace(out.String()))
 		}
 		return nil
 	case <-ctx.Done():
 		_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
-		<-done
+		<-done // waitErr is "signal: killed": the timeout is the error to report
 		return fmt.Errorf("timed out: %w", ctx.Err())
 	}
 }
@@ -635,7 +636,9 @@ func (a *Agent) killLeftovers() {
 	files, _ := filepath.Glob(filepath.Join(a.cfg.StateDir, "pods", "*", "*.pid"))
 	for _, f := range files {
 		data, err := os.ReadFile(f)
-		os.Remove(f)
+		if rerr := os.Remove(f); rerr != nil && !os.IsNotExist(rerr) {
+			a.log.Error(rerr, "Cannot remove a stale pid file", "path", f)
+		}
 		if err != nil {
 			continue
 		}

@@ -70,7 +70,8 @@ func (a *Agent) handleExec(w http.ResponseWriter, r *http.Request) {
 	if conn == nil {
 		return // UpgradeResponse wrote the error response
 	}
-	defer conn.Close()
+	// Errors closing the connection or its streams mean the client is gone: nothing to tell it.
+	defer func() { _ = conn.Close() }()
 	conn.SetIdleTimeout(4 * time.Hour)
 
 	expected := 1
@@ -97,18 +98,18 @@ func (a *Agent) handleExec(w http.ResponseWriter, r *http.Request) {
 	if errStream == nil {
 		return
 	}
-	defer errStream.Close()
+	defer func() { _ = errStream.Close() }()
 
 	if s := streams[corev1.StreamTypeStdout]; s != nil {
 		cmd.Stdout = s
 		if tty {
 			cmd.Stderr = s
 		}
-		defer s.Close()
+		defer func() { _ = s.Close() }()
 	}
 	if s := streams[corev1.StreamTypeStderr]; s != nil {
 		cmd.Stderr = s
-		defer s.Close()
+		defer func() { _ = s.Close() }()
 	}
 	var stdinPipe io.WriteCloser
 	if s := streams[corev1.StreamTypeStdin]; s != nil {
@@ -124,8 +125,10 @@ func (a *Agent) handleExec(w http.ResponseWriter, r *http.Request) {
 	if stdinPipe != nil {
 		// Not waited for: the client may never close stdin.
 		go func() {
-			io.Copy(stdinPipe, streams[corev1.StreamTypeStdin])
-			stdinPipe.Close()
+			// Ends when the client closes stdin or the process exits; either way
+			// the process sees EOF.
+			_, _ = io.Copy(stdinPipe, streams[corev1.StreamTypeStdin])
+			_ = stdinPipe.Close()
 		}()
 	}
 	done := make(chan error, 1)
@@ -133,7 +136,7 @@ func (a *Agent) handleExec(w http.ResponseWriter, r *http.Request) {
 	select {
 	case err = <-done:
 	case <-conn.CloseChan():
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // fails only if it has exited; Wait returns either way
 		err = <-done
 	}
 	writeExecStatus(errStream, err)
@@ -159,5 +162,5 @@ func writeExecStatus(w io.Writer, err error) {
 		st = metav1.Status{Status: metav1.StatusFailure, Message: err.Error()}
 	}
 	b, _ := json.Marshal(st)
-	w.Write(b)
+	_, _ = w.Write(b) // fails only when the client has gone
 }

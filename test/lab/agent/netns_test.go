@@ -39,7 +39,11 @@ func TestPodProcessInNetns(t *testing.T) {
 	if err := runIP(ctx, "netns", "add", nodeNS); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { runIP(context.Background(), "netns", "del", nodeNS) })
+	t.Cleanup(func() {
+		if err := runIP(context.Background(), "netns", "del", nodeNS); err != nil {
+			t.Logf("deleting netns %s: %v", nodeNS, err)
+		}
+	})
 	// The node needs an address of its own (the lab gives it 172.18.0.x on eth0).
 	for _, args := range [][]string{
 		{"link", "set", "lo", "up"},
@@ -82,8 +86,8 @@ func TestPodProcessInNetns(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		cmd.Wait()
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait() // "signal: killed"
 	})
 
 	var body string

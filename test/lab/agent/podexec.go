@@ -154,7 +154,9 @@ func bindMount(b Bind) error {
 			if err != nil {
 				return fmt.Errorf("pod-exec: mount point %s: %w", b.Dst, err)
 			}
-			f.Close()
+			if err := f.Close(); err != nil {
+				return fmt.Errorf("pod-exec: mount point %s: %w", b.Dst, err)
+			}
 		}
 	}
 	if err := unix.Mount(b.Src, b.Dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {

@@ -44,7 +44,7 @@ func RunProbe(ctx context.Context, p *corev1.Probe, t ProbeTarget) error {
 		if err != nil {
 			return fmt.Errorf("tcp probe: %w", err)
 		}
-		conn.Close()
+		_ = conn.Close() // connecting was the check
 		return nil
 	case p.Exec != nil:
 		if t.Exec == nil {
@@ -61,7 +61,7 @@ func RunProbe(ctx context.Context, p *corev1.Probe, t ProbeTarget) error {
 		if err != nil {
 			return fmt.Errorf("grpc probe (TCP connect only): %w", err)
 		}
-		conn.Close()
+		_ = conn.Close() // connecting was the check
 		return nil
 	}
 	return fmt.Errorf("probe has no handler")
@@ -109,8 +109,9 @@ func probeHTTP(ctx context.Context, g *corev1.HTTPGetAction, t ProbeTarget) erro
 	if err != nil {
 		return fmt.Errorf("http probe: %w", err)
 	}
-	defer resp.Body.Close()
-	io.Copy(io.Discard, io.LimitReader(resp.Body, 10<<10))
+	defer func() { _ = resp.Body.Close() }()
+	// Drained so the connection can be reused; the status code is the check.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 10<<10))
 	if resp.StatusCode < 200 || resp.StatusCode >= 400 {
 		return fmt.Errorf("http probe %s: status %d", full, resp.StatusCode)
 	}

@@ -30,7 +30,7 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 		werr = os.Rename(tmp, path)
 	}
 	if werr != nil {
-		os.Remove(tmp)
+		_ = os.Remove(tmp) // the write error is the one to report
 		return fmt.Errorf("writing %s: %w", path, werr)
 	}
 	return nil

@@ -155,10 +155,10 @@ func (w *podWorker) materializeVolume(ctx context.Context, v corev1.Volume) erro
 			return os.MkdirAll(v.HostPath.Path, 0o755)
 		case corev1.HostPathFileOrCreate:
 			f, err := os.OpenFile(v.HostPath.Path, os.O_CREATE|os.O_WRONLY, 0o644)
-			if err == nil {
-				f.Close()
+			if err != nil {
+				return err
 			}
-			return err
+			return f.Close()
 		}
 		if _, err := os.Stat(v.HostPath.Path); err != nil && t != corev1.HostPathUnset {
 			return fmt.Errorf("hostPath: %w", err)
@@ -365,12 +365,14 @@ func writeVolume(dir string, files map[string]volFile) error {
 		}
 	}
 	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		// Pruning is best effort: an unreadable entry or a failed removal
+		// never fails the volume update.
 		if err != nil || d.IsDir() {
-			return nil
+			return nil //nolint:nilerr // skip the entry, see above
 		}
 		rel, _ := filepath.Rel(dir, p)
 		if _, ok := files[rel]; !ok {
-			os.Remove(p)
+			_ = os.Remove(p)
 		}
 		return nil
 	})

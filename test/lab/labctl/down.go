@@ -3,6 +3,7 @@ package labctl
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -165,8 +166,10 @@ func nsOrder(ns string) int {
 // into another file system.
 func (l *Lab) removeState(keepLogs bool) (bool, error) {
 	dir := l.StateDir()
-	if _, err := os.Stat(dir); err != nil {
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		return false, nil
+	} else if err != nil {
+		return false, err
 	}
 	if err := unmountUnder(dir); err != nil {
 		return false, err
@@ -197,7 +200,7 @@ func unmountUnder(dir string) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	var points []string
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {

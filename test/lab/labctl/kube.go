@@ -88,7 +88,10 @@ func (l *Lab) waitNodesReady(ctx context.Context, c kubernetes.Interface, names 
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("nodes not Ready: %s (last error: %v)", strings.Join(waiting, ", "), err)
+			if err == nil {
+				err = ctx.Err()
+			}
+			return fmt.Errorf("nodes not Ready: %s (last error: %w)", strings.Join(waiting, ", "), err)
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
@@ -126,6 +129,12 @@ func ensureControlPlaneRole(ctx context.Context, c kubernetes.Interface, name st
 // DumpCluster writes what explains a failure: node conditions, pods and their container
 // states, recent events. It never fails; errors are written inline.
 func DumpCluster(ctx context.Context, c kubernetes.Interface, w io.Writer) {
+	var b strings.Builder
+	dumpCluster(ctx, c, &b)
+	_, _ = io.WriteString(w, b.String()) // nowhere to report a failed write of a failure dump
+}
+
+func dumpCluster(ctx context.Context, c kubernetes.Interface, w *strings.Builder) {
 	fmt.Fprintln(w, "---- nodes")
 	nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {

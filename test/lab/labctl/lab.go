@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/ironlb/ironlb/test/lab/labnet"
@@ -146,7 +147,15 @@ func (l *Lab) Topology() (*labnet.Topology, error) {
 	return labnet.New(workers)
 }
 
-func (l *Lab) printf(format string, args ...any) { fmt.Fprintf(l.Out, format, args...) }
+// printf writes progress to the console; a failed write there has nowhere to be reported.
+func (l *Lab) printf(format string, args ...any) { _, _ = fmt.Fprintf(l.Out, format, args...) }
+
+// printTable aligns tab-separated rows into columns, like kubectl, and prints them.
+func (l *Lab) printTable(rows string) {
+	tw := tabwriter.NewWriter(l.Out, 0, 4, 2, ' ', 0)
+	_, _ = io.WriteString(tw, rows) // console output, as printf
+	_ = tw.Flush()
+}
 
 // step prints a progress line and returns a func that completes it with the elapsed time.
 func (l *Lab) step(format string, args ...any) func() {

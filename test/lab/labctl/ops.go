@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -182,7 +181,9 @@ func (l *Lab) Logs(pod, container string, w io.Writer) error {
 	sort.Strings(files)
 	for _, f := range files {
 		if len(files) > 1 {
-			fmt.Fprintf(w, "==> %s <==\n", filepath.Base(f))
+			if _, err := fmt.Fprintf(w, "==> %s <==\n", filepath.Base(f)); err != nil {
+				return err
+			}
 		}
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -214,8 +215,8 @@ func (l *Lab) Status(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(l.Out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "HOST\tNAMESPACE\tIP\tMAC\tPOD CIDR\tLINK")
+	var rows strings.Builder
+	fmt.Fprintln(&rows, "HOST\tNAMESPACE\tIP\tMAC\tPOD CIDR\tLINK")
 	for _, h := range topo.Hosts {
 		link := "missing"
 		if labnet.NSExists(h.NS()) {
@@ -228,14 +229,14 @@ func (l *Lab) Status(ctx context.Context) error {
 		if h.Node {
 			cidr = h.PodCIDR.String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", h.Name, h.NS(), h.IP, h.MAC, cidr, link)
+		fmt.Fprintf(&rows, "%s\t%s\t%s\t%s\t%s\t%s\n", h.Name, h.NS(), h.IP, h.MAC, cidr, link)
 	}
-	tw.Flush()
+	l.printTable(rows.String())
 
 	procs, _ := l.Procs()
 	l.printf("\n")
-	tw = tabwriter.NewWriter(l.Out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PROCESS\tPID\tSTATE\tRSS")
+	rows.Reset()
+	fmt.Fprintln(&rows, "PROCESS\tPID\tSTATE\tRSS")
 	var pids []int
 	for _, p := range procs {
 		state, rss := "dead", "-"
@@ -243,9 +244,9 @@ func (l *Lab) Status(ctx context.Context) error {
 			state, rss = "running", fmt.Sprintf("%d MiB", p.RSSKB/1024)
 			pids = append(pids, p.Pid)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", p.Name, p.Pid, state, rss)
+		fmt.Fprintf(&rows, "%s\t%d\t%s\t%s\n", p.Name, p.Pid, state, rss)
 	}
-	tw.Flush()
+	l.printTable(rows.String())
 	// Memory of everything the lab runs: its processes, whatever else runs in its
 	// namespaces, and descendants (pods).
 	for _, ns := range nss {
@@ -274,8 +275,8 @@ func (l *Lab) Status(ctx context.Context) error {
 		l.printf("API server unreachable: %v\n", err)
 		return nil
 	}
-	tw = tabwriter.NewWriter(l.Out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tREADY\tINTERNAL-IP\tPOD CIDR\tROLES")
+	rows.Reset()
+	fmt.Fprintln(&rows, "NODE\tREADY\tINTERNAL-IP\tPOD CIDR\tROLES")
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
 		ip := ""
@@ -288,9 +289,9 @@ func (l *Lab) Status(ctx context.Context) error {
 		if _, ok := n.Labels[ControlPlaneRole]; ok {
 			role = "control-plane"
 		}
-		fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%s\n", n.Name, nodeReady(n), ip, n.Spec.PodCIDR, role)
+		fmt.Fprintf(&rows, "%s\t%v\t%s\t%s\t%s\n", n.Name, nodeReady(n), ip, n.Spec.PodCIDR, role)
 	}
-	tw.Flush()
+	l.printTable(rows.String())
 	if len(nodes.Items) == 0 {
 		l.printf("no nodes registered\n")
 	}

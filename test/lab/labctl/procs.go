@@ -44,7 +44,7 @@ func (l *Lab) start(p Proc) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("opening log of %s: %w", p.Name, err)
 	}
-	defer logf.Close()
+	defer func() { _ = logf.Close() }() // the process keeps its own descriptor
 	args := p.Args
 	if p.NS != "" {
 		// nsenter switches only the network namespace and execs the program, so the pid we
@@ -53,7 +53,9 @@ func (l *Lab) start(p Proc) (int, error) {
 		// /run/netns) would be invisible to everyone else.
 		args = append([]string{"nsenter", "--net=" + filepath.Join(labnet.NetnsDir, p.NS), "--"}, args...)
 	}
-	fmt.Fprintf(logf, "==== %s lab: starting %s\n", time.Now().UTC().Format(time.RFC3339), strings.Join(args, " "))
+	if _, err := fmt.Fprintf(logf, "==== %s lab: starting %s\n", time.Now().UTC().Format(time.RFC3339), strings.Join(args, " ")); err != nil {
+		return 0, fmt.Errorf("writing log of %s: %w", p.Name, err)
+	}
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Dir = l.Root
 	cmd.Stdout, cmd.Stderr = logf, logf

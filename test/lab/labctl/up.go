@@ -119,23 +119,23 @@ func (l *Lab) up(ctx context.Context, topo *labnet.Topology, opts UpOptions) err
 	}
 	hostServer := "https://" + lis.Addr().String()
 	if err := l.writePKI(topo, hostServer); err != nil {
-		lis.Close()
+		_ = lis.Close() // the error above is the one to report
 		return err
 	}
 	if err := l.writeImageTable(); err != nil {
-		lis.Close()
+		_ = lis.Close() // the error above is the one to report
 		return err
 	}
 	state := &State{Workers: opts.Workers, ProxyMode: opts.ProxyMode, ForwardAddr: lis.Addr().String(), StartedAt: time.Now()}
 	if err := l.writeState(state); err != nil {
-		lis.Close()
+		_ = lis.Close() // the error above is the one to report
 		return err
 	}
 	done()
 
 	done = l.step("starting the API forwarder on %s", lis.Addr())
 	err = l.startForwarder(lis, topo)
-	lis.Close() // the forwarder has its own copy
+	_ = lis.Close() // the forwarder has its own copy
 	if err != nil {
 		return err
 	}
@@ -321,7 +321,7 @@ func (l *Lab) startForwarder(lis net.Listener, topo *labnet.Topology) error {
 	if err != nil {
 		return fmt.Errorf("passing the forwarder's socket: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // a duplicate: the forwarder has its own copy
 	target := netip.AddrPortFrom(topo.ControlPlane().IP, APIPort)
 	_, err = l.start(Proc{Name: "forward", Args: []string{exe, "forward", "--listen-fd=3",
 		"--netns=" + topo.ControlPlane().NS(), "--target=" + target.String()}, ExtraFiles: []*os.File{f}})
@@ -345,7 +345,7 @@ func waitEtcd(ctx context.Context, ns string) error {
 	for time.Now().Before(deadline) {
 		resp, err := hc.Get("http://127.0.0.1:2379/health")
 		if err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close() // the status is the answer
 			if resp.StatusCode == http.StatusOK {
 				return nil
 			}

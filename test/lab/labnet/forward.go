@@ -34,7 +34,8 @@ func DialInNS(ctx context.Context, ns string, addr netip.AddrPort) (net.Conn, er
 		return nil, err
 	}
 	f := os.NewFile(uintptr(fd), "lab-socket")
-	defer f.Close()
+	// Closes the socket on failure; on success net.FileConn has made its own duplicate.
+	defer func() { _ = f.Close() }()
 	err := unix.Connect(fd, &unix.SockaddrInet4{Addr: addr.Addr().As4(), Port: int(addr.Port())})
 	if err != nil && !errors.Is(err, unix.EINPROGRESS) {
 		return nil, fmt.Errorf("connecting to %s in %s: %w", addr, ns, err)
@@ -91,7 +92,7 @@ func (f *Forwarder) Serve(ctx context.Context, l net.Listener) error {
 	}()
 	go func() {
 		<-ctx.Done()
-		l.Close()
+		_ = l.Close() // ends Accept below; ctx.Err() tells it why
 	}()
 	for {
 		c, err := l.Accept()
@@ -114,7 +115,8 @@ func (f *Forwarder) Serve(ctx context.Context, l net.Listener) error {
 }
 
 func (f *Forwarder) relay(ctx context.Context, c net.Conn) {
-	defer c.Close()
+	// Errors closing the relayed connections mean one side has gone: nothing to tell anyone.
+	defer func() { _ = c.Close() }()
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	up, err := DialInNS(dctx, f.NS, f.Target)
 	cancel()
@@ -122,11 +124,11 @@ func (f *Forwarder) relay(ctx context.Context, c net.Conn) {
 		f.Log.Error(err, "Relaying a connection failed", "client", c.RemoteAddr().String(), "netns", f.NS, "target", f.Target.String())
 		return
 	}
-	defer up.Close()
+	defer func() { _ = up.Close() }()
 	// Close both ends when ctx ends so the copies below return.
 	stop := context.AfterFunc(ctx, func() {
-		c.Close()
-		up.Close()
+		_ = c.Close()
+		_ = up.Close()
 	})
 	defer stop()
 	done := make(chan struct{}, 2)

@@ -125,13 +125,13 @@ func TestBuildAndForward(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	defer lis.Close()
+	defer func() { _ = lis.Close() }()
 	go func() {
 		c, err := lis.Accept()
 		if err != nil {
 			return
 		}
-		defer c.Close()
+		defer func() { _ = c.Close() }()
 		_, _ = c.Write([]byte("hello from the control plane\n"))
 	}()
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -145,7 +145,7 @@ func TestBuildAndForward(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	line, err := bufio.NewReader(c).ReadString('\n')
 	if err != nil || line != "hello from the control plane\n" {

@@ -91,14 +91,14 @@ func InNS(name string, fn func() error) error {
 	if err != nil {
 		return fmt.Errorf("opening network namespace %q: %w", name, err)
 	}
-	defer target.Close()
+	defer func() { _ = target.Close() }()
 	runtime.LockOSThread()
 	orig, err := os.Open("/proc/thread-self/ns/net")
 	if err != nil {
 		runtime.UnlockOSThread()
 		return fmt.Errorf("opening the current network namespace: %w", err)
 	}
-	defer orig.Close()
+	defer func() { _ = orig.Close() }()
 	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
 		runtime.UnlockOSThread()
 		return fmt.Errorf("entering network namespace %q: %w", name, err)

@@ -4,6 +4,7 @@ package whoami
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -38,7 +39,7 @@ func Handler(hostname string) http.Handler {
 			}
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		fmt.Fprint(w, b.String())
+		_, _ = io.WriteString(w, b.String()) // fails only when the client has gone
 	})
 	return mux
 }

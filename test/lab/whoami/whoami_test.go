@@ -18,7 +18,7 @@ func TestHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	for _, want := range []string{"Hostname: web-7d9f\n", "IP: 127.0.0.1\n", "RemoteAddr: 127.0.0.1:", "GET /some/path?x=1 HTTP/1.1\n", "X-Test: yes\n"} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("answer lacks %q:\n%s", want, body)
@@ -28,7 +28,11 @@ func TestHandler(t *testing.T) {
 		t.Errorf("answer does not start with the Hostname line:\n%s", body)
 	}
 	resp, err = http.Get(srv.URL + "/health")
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("/health: %v %v", resp, err)
+	if err != nil {
+		t.Fatalf("/health: %v", err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("/health: %v", resp.Status)
 	}
 }

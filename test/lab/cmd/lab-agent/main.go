@@ -38,7 +38,7 @@ func main() {
 	fs.IntVar(&cfg.KubeletPort, "kubelet-port", 10250, "HTTPS port for the kubelet endpoint (kubectl logs)")
 	fs.StringVar(&cfg.KubernetesServiceHost, "kubernetes-service-host", "10.200.1.1", "KUBERNETES_SERVICE_HOST when the default/kubernetes Service cannot be read")
 	verbosity := fs.Int("v", 0, "log verbosity")
-	fs.Parse(os.Args[1:])
+	_ = fs.Parse(os.Args[1:]) // ExitOnError: a bad flag exits
 
 	log := funcr.NewJSON(func(obj string) { fmt.Fprintln(os.Stderr, obj) }, funcr.Options{LogTimestamp: true, Verbosity: *verbosity})
 	cfg.Log = log

@@ -37,7 +37,9 @@ func main() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		srv.Shutdown(sctx)
+		if err := srv.Shutdown(sctx); err != nil {
+			fmt.Fprintln(os.Stderr, "lab-whoami: shutdown:", err)
+		}
 	}()
 	fmt.Fprintf(os.Stderr, "lab-whoami: listening on %s as %s\n", srv.Addr, whoami.Hostname())
 	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {

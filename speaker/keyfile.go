@@ -1,0 +1,85 @@
+package speaker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/go-logr/logr"
+)
+
+// keyReloadInterval is how often the mounted memberlist key file is re-read.
+// The kubelet updates a mounted Secret in place (an atomic symlink swap) within
+// its sync period, about a minute; 10 s adds little to that and costs one small
+// read.
+const keyReloadInterval = 10 * time.Second
+
+// keyFilePath returns the key file for MLSecretKeyPath: the secretkey file
+// inside it when it is a directory (the Secret volume), else the path itself.
+func keyFilePath(p string) string {
+	if st, err := os.Stat(p); err == nil && st.IsDir() {
+		return filepath.Join(p, SecretKeyField)
+	}
+	return p
+}
+
+// readKeyFile reads the memberlist key; an empty file is an error (it would
+// silently disable rotation or encryption).
+func readKeyFile(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read memberlist secret key %s: %w", path, err)
+	}
+	if len(b) == 0 {
+		return nil, fmt.Errorf("read memberlist secret key %s: %w", path, errors.New("file is empty"))
+	}
+	return b, nil
+}
+
+// watchKeyFile re-reads the key file every interval until ctx ends and calls
+// set when its content differs from the key last applied (current at start):
+// that is how a rotated Secret reaches memberlist without API access to
+// Secrets. A missing or empty file keeps the current key; each distinct
+// failure is logged once.
+func watchKeyFile(ctx context.Context, log logr.Logger, path string, interval time.Duration, current []byte, set func([]byte) error) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	lastErr := ""
+	report := func(err error) {
+		if err == nil {
+			lastErr = ""
+			return
+		}
+		if msg := err.Error(); msg != lastErr {
+			lastErr = msg
+			log.Error(err, "keeping the current memberlist key", "path", path)
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		b, err := readKeyFile(path)
+		if err != nil {
+			report(err)
+			continue
+		}
+		if bytes.Equal(b, current) {
+			report(nil)
+			continue
+		}
+		if err := set(b); err != nil {
+			report(fmt.Errorf("apply memberlist key from %s: %w", path, err))
+			continue
+		}
+		report(nil)
+		current = b
+		log.Info("memberlist key file changed; new key in use", "path", path)
+	}
+}
