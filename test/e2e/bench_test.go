@@ -234,3 +234,67 @@ func (l *clientLoop) stopRecords(t testing.TB) []probe.Record {
 	}
 	return probe.Parse(l.res.Stdout)
 }
+
+// BenchmarkServiceToTraffic measures, E2E_CREATE_RUNS times (default 10), the
+// time from creating a LoadBalancer Service (client-go, requested IP) to the
+// first successful request from mypc, which sends one every 20 ms to that IP
+// from before the Service exists: allocation, announcement (ARP answer or
+// gratuitous ARP), kube-proxy programming the announcer, all in the path.
+//
+//	sudo go test -tags e2e ./test/e2e -run '^$' -bench ServiceToTraffic -benchtime 1x -v
+func BenchmarkServiceToTraffic(b *testing.B) {
+	e := env
+	if e == nil {
+		b.Skip(skipReason)
+	}
+	if e.Probe == "" {
+		b.Skip("no e2e-probe on the client (E2E_PROBE)")
+	}
+	runs := getenvInt("E2E_CREATE_RUNS", 10)
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		applyWalkthrough(b, e)
+		ctx := context.Background()
+		var lat []time.Duration
+		for r := 0; r < runs; r++ {
+			tp := e.topology(b)
+			ip, _ := tp.pickIP(b, tp.nodes, func([]string) bool { return true })
+			name := fmt.Sprintf("e2e-create-%02d", r+1)
+			svc := lbService(name, "webpod", ip)
+			loop := e.startProbe(b, ip, 20*time.Millisecond)
+			time.Sleep(time.Second)
+			at := time.Now()
+			if err := e.C.Create(ctx, svc); err != nil {
+				loop.stopRecords(b)
+				b.Fatal(err)
+			}
+			e.waitServing(b, ip)
+			time.Sleep(500 * time.Millisecond)
+			recs := loop.stopRecords(b)
+			var first time.Duration
+			var firstRec probe.Record
+			for _, rec := range recs {
+				if rec.OK && rec.Sent.After(at) && (first == 0 || rec.Sent.Add(rec.Latency).Sub(at) < first) {
+					first = rec.Sent.Add(rec.Latency).Sub(at)
+					firstRec = rec
+				}
+			}
+			lat = append(lat, first)
+			fmt.Fprintf(os.Stderr, "create %2d: %s (%s): first successful request completed %v after the create (sent at +%v, took %v)\n",
+				r+1, name, ip, first.Round(time.Millisecond), firstRec.Sent.Sub(at).Round(time.Millisecond), firstRec.Latency.Round(time.Millisecond))
+			if err := e.C.Delete(ctx, svc); err != nil {
+				b.Fatal(err)
+			}
+			poll(b, time.Minute, name+" withdrawn", func() (bool, string) {
+				nodes, err := e.announcers(ctx, "default", name)
+				return err == nil && len(nodes) == 0, fmt.Sprint(nodes, err)
+			})
+		}
+		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+		b.ReportMetric(pct(lat, 50).Seconds(), "p50-s")
+		b.ReportMetric(pct(lat, 99).Seconds(), "p99-s")
+		fmt.Fprintf(os.Stderr, "Service created -> first successful request from mypc, %d runs: min %v p50 %v p90 %v p99 %v max %v\n",
+			len(lat), lat[0].Round(time.Millisecond), pct(lat, 50).Round(time.Millisecond), pct(lat, 90).Round(time.Millisecond),
+			pct(lat, 99).Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond))
+	}
+}
