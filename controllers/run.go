@@ -195,7 +195,7 @@ func Run(ctx context.Context, opts Options) error {
 
 	st := newState(log.WithName("allocator"), mgr.GetCache(), opts.Namespace, opts.LoadBalancerClass)
 	rec := newOnChangeRecorder(mgr.GetEventRecorder("ironlb-controller"))
-	if err := (&configReconciler{state: st}).setup(mgr); err != nil {
+	if err := (&configReconciler{state: st, elected: mgr.Elected()}).setup(mgr); err != nil {
 		return fmt.Errorf("setting up the config controller: %w", err)
 	}
 	if err := (&serviceReconciler{client: mgr.GetClient(), state: st, events: rec}).setup(mgr, opts.ServiceWorkers); err != nil {

@@ -126,9 +126,8 @@ func (s *state) notifyPools(pools ...string) {
 // configuration is reported (metric, pool conditions, the returned error) and the
 // last good one stays in effect.
 func (s *state) reload(ctx context.Context) error {
-	cfg, err := s.parseConfig(ctx)
+	cfg, err := s.check(ctx)
 	if err != nil {
-		configStale.Set(1)
 		s.mu.Lock()
 		s.configErr = err.Error()
 		s.poolErrs = poolProblems(err)
@@ -179,8 +178,6 @@ func (s *state) reload(ctx context.Context) error {
 			deletePoolGauges(p)
 		}
 	}
-	configLoaded.Set(1)
-	configStale.Set(0)
 	s.readyOnce.Do(func() { close(s.ready) })
 	if changed {
 		s.log.Info("configuration loaded", "pools", newPools, "l2Advertisements", len(cfg.L2Advertisements))
@@ -210,14 +207,26 @@ func (s *state) loadWithoutPools(cfg *config.Config) {
 	for _, p := range oldPools {
 		deletePoolGauges(p)
 	}
-	configLoaded.Set(1)
-	configStale.Set(0)
 	s.readyOnce.Do(func() { close(s.ready) })
 	if !wasFrozen {
 		s.log.Info("configuration has no IPAddressPool: services keep the IPs they show and nothing is allocated until a pool exists",
 			"l2Advertisements", len(cfg.L2Advertisements))
 	}
 	s.notifyPools(oldPools...)
+}
+
+// check parses the configuration in the cache and publishes the result in the
+// config_loaded_bool and config_stale_bool metrics, without applying it. Every
+// replica runs it; reload, on the leader, applies the result.
+func (s *state) check(ctx context.Context) (*config.Config, error) {
+	cfg, err := s.parseConfig(ctx)
+	if err != nil {
+		configStale.Set(1)
+		return nil, err
+	}
+	configLoaded.Set(1)
+	configStale.Set(0)
+	return cfg, nil
 }
 
 func (s *state) poolNamesLocked() []string {
