@@ -91,7 +91,8 @@ type Options struct {
 	// MemberlistSecretName is the Secret holding the speakers' memberlist key;
 	// created if missing. Empty disables.
 	MemberlistSecretName string
-	// DeploymentName is the controller Deployment that owns the memberlist Secret.
+	// DeploymentName is the controller Deployment that owns the memberlist and
+	// webhook certificate Secrets the controller creates.
 	DeploymentName string
 
 	// LeaderElect enables leader election on the Lease LeaderElectionID.
