@@ -35,9 +35,11 @@ generate: $(CONTROLLER_GEN) ## Generate DeepCopy methods for the API types.
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) $(HELM) ## Generate CRDs and webhook manifests from the Go markers; copy CRDs into the chart; render config/manifests.
+manifests: $(CONTROLLER_GEN) $(HELM) ## Generate CRDs, webhook manifests and RBAC (config/rbac) from the Go markers; copy CRDs into the chart; render config/manifests.
 	$(CONTROLLER_GEN) crd paths="./api/..." output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) webhook paths="./internal/webhook/..." output:webhook:artifacts:config=config/webhook
+	$(CONTROLLER_GEN) rbac:roleName=ironlb-controller paths="./controllers/..." paths="./internal/webhook/..." output:rbac:artifacts:config=config/rbac/controller
+	$(CONTROLLER_GEN) rbac:roleName=ironlb-speaker paths="./speaker/..." output:rbac:artifacts:config=config/rbac/speaker
 	rm -f charts/ironlb/crds/*.yaml && cp config/crd/bases/*.yaml charts/ironlb/crds/
 	$(MAKE) --no-print-directory config/manifests/ironlb.yaml
 

@@ -48,10 +48,12 @@ type CleanupOptions struct {
 	Out io.Writer
 }
 
-// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;patch
-// +kubebuilder:rbac:groups="",resources=pods,verbs=list
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=delete
-// +kubebuilder:rbac:groups=metallb.io,resources=servicel2statuses,verbs=list;delete
+// Cleanup runs with its own ServiceAccount (the chart's cleanup hook,
+// charts/ironlb/templates/cleanup-hook.yaml), not the controller's, so its
+// permissions are written there rather than as markers here, which would widen
+// the controller's role: services list/patch, services/status patch (cluster);
+// deployments get/patch, pods list, secrets delete, servicel2statuses list/delete
+// (install namespace).
 
 // Cleanup undoes what ironlb did to the cluster, for an uninstall: it stops the
 // controller (Deployment scaled to 0, waiting until its pods are gone, so nothing

@@ -36,7 +36,7 @@ type configReconciler struct {
 	elected <-chan struct{}
 }
 
-// +kubebuilder:rbac:groups=metallb.io,resources=ipaddresspools;l2advertisements,verbs=get;list;watch
+// +kubebuilder:rbac:groups=metallb.io,namespace=metallb-system,resources=ipaddresspools;l2advertisements,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 
 var configKey = reconcile.Request{NamespacedName: types.NamespacedName{Name: "configuration"}}

@@ -110,9 +110,10 @@ type Options struct {
 	Logger logr.Logger
 }
 
-// Leader election and the authenticated metrics endpoint. (The Lease lives in the
-// install namespace; a chart may narrow this rule to a Role there.)
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch
+// Leader election and the authenticated metrics endpoint. Rules with
+// namespace=metallb-system are for the install namespace, whatever its name: they
+// become a Role (config/rbac), which the chart grants in the release namespace.
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=metallb-system,resources=leases,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 

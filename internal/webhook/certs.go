@@ -37,8 +37,8 @@ const (
 // tls.key unless told otherwise.
 var DefaultCertDir = filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs")
 
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch
-// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get
+// +kubebuilder:rbac:groups="",namespace=metallb-system,resources=secrets,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=apps,namespace=metallb-system,resources=deployments,verbs=get
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;list;watch;update
 
 // CertOptions configures SetupCertRotation.
