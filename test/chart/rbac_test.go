@@ -228,3 +228,38 @@ func (o *objects) grantsFor(sa, ns string) func(perm) bool {
 func has(list []string, s string) bool {
 	return slices.Contains(list, s) || slices.Contains(list, "*")
 }
+
+// TestChartCleanupHookRBAC checks that the cleanup hook's ServiceAccount may do what
+// controllers.Cleanup does (listed in controllers/cleanup.go; no markers, as they
+// would widen the controller's role).
+func TestChartCleanupHookRBAC(t *testing.T) {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	helm := filepath.Join(root, "bin", "helm")
+	if _, err := os.Stat(helm); err != nil {
+		t.Skipf("needs %s (make bin/helm): %v", helm, err)
+	}
+	out, err := exec.Command(helm, "template", "ironlb", filepath.Join(root, "charts", "ironlb"),
+		"--kube-version", kubeVersion, "--namespace", releaseNamespace).Output()
+	if err != nil {
+		t.Fatalf("helm template: %v", err)
+	}
+	granted := parseDocs(t, out).grantsFor("ironlb-cleanup", releaseNamespace)
+	for _, p := range []perm{
+		{"", "", "services", "list"},
+		{"", "", "services", "patch"},
+		{"", "", "services/status", "patch"},
+		{releaseNamespace, "apps", "deployments", "get"},
+		{releaseNamespace, "apps", "deployments", "patch"},
+		{releaseNamespace, "", "pods", "list"},
+		{releaseNamespace, "", "secrets", "delete"},
+		{releaseNamespace, "metallb.io", "servicel2statuses", "list"},
+		{releaseNamespace, "metallb.io", "servicel2statuses", "delete"},
+	} {
+		if !granted(p) {
+			t.Errorf("the cleanup hook's ServiceAccount lacks %s", p)
+		}
+	}
+}
