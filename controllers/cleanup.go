@@ -92,7 +92,7 @@ func Cleanup(ctx context.Context, opts CleanupOptions) error {
 	if err := cl.deleteObjects(ctx); err != nil {
 		return fmt.Errorf("cleanup: %w", err)
 	}
-	fmt.Fprintln(out, "cleanup complete")
+	cl.say("cleanup complete")
 	return nil
 }
 
@@ -102,17 +102,22 @@ type cleaner struct {
 	out  io.Writer
 }
 
+// say prints one line of progress; a failing writer does not stop the cleanup.
+func (cl *cleaner) say(format string, args ...any) {
+	_, _ = fmt.Fprintf(cl.out, format+"\n", args...)
+}
+
 func (cl *cleaner) stopController(ctx context.Context) error {
 	name := cl.opts.DeploymentName
 	if name == "" {
-		fmt.Fprintln(cl.out, "no controller deployment given, not stopping it")
+		cl.say("no controller deployment given, not stopping it")
 		return nil
 	}
 	key := types.NamespacedName{Namespace: cl.opts.Namespace, Name: name}
 	var dep appsv1.Deployment
 	if err := cl.c.Get(ctx, key, &dep); err != nil {
 		if apierrors.IsNotFound(err) {
-			fmt.Fprintf(cl.out, "deployment %s not found, nothing to stop\n", key)
+			cl.say("deployment %s not found, nothing to stop", key)
 			return nil
 		}
 		return fmt.Errorf("reading deployment %s: %w", key, err)
@@ -122,7 +127,7 @@ func (cl *cleaner) stopController(ctx context.Context) error {
 		if err := cl.c.Patch(ctx, &dep, patch); err != nil {
 			return fmt.Errorf("scaling deployment %s to 0 replicas: %w", key, err)
 		}
-		fmt.Fprintf(cl.out, "deployment %s scaled to 0 replicas\n", key)
+		cl.say("deployment %s scaled to 0 replicas", key)
 	}
 	sel, err := metav1.LabelSelectorAsSelector(dep.Spec.Selector)
 	if err != nil {
@@ -147,7 +152,7 @@ func (cl *cleaner) stopController(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("waiting for the pods of deployment %s to terminate (still running: %v): %w", key, left, err)
 	}
-	fmt.Fprintf(cl.out, "controller pods of deployment %s are gone\n", key)
+	cl.say("controller pods of deployment %s are gone", key)
 	return nil
 }
 
@@ -196,9 +201,9 @@ func (cl *cleaner) releaseServices(ctx context.Context) error {
 			return fmt.Errorf("removing annotation %s of service %s: %w", AnnotationAllocatedFromPool, key, err)
 		}
 		released++
-		fmt.Fprintf(cl.out, "service %s: released %v\n", key, ips)
+		cl.say("service %s: released %v", key, ips)
 	}
-	fmt.Fprintf(cl.out, "released the IPs of %d services\n", released)
+	cl.say("released the IPs of %d services", released)
 	return nil
 }
 
@@ -212,10 +217,10 @@ func (cl *cleaner) deleteObjects(ctx context.Context) error {
 				return fmt.Errorf("deleting servicel2status %s/%s: %w", ns, sts.Items[i].Name, err)
 			}
 		}
-		fmt.Fprintf(cl.out, "deleted %d servicel2statuses in namespace %s\n", len(sts.Items), ns)
+		cl.say("deleted %d servicel2statuses in namespace %s", len(sts.Items), ns)
 	case apierrors.IsNotFound(err) || isNoMatch(err):
 		// The CRD is gone already: so are its objects.
-		fmt.Fprintln(cl.out, "no servicel2statuses resource, nothing to delete")
+		cl.say("no servicel2statuses resource, nothing to delete")
 	default:
 		return fmt.Errorf("listing servicel2statuses in namespace %s: %w", ns, err)
 	}
@@ -226,9 +231,9 @@ func (cl *cleaner) deleteObjects(ctx context.Context) error {
 		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 		switch err := cl.c.Delete(ctx, s); {
 		case err == nil:
-			fmt.Fprintf(cl.out, "deleted secret %s/%s\n", ns, name)
+			cl.say("deleted secret %s/%s", ns, name)
 		case apierrors.IsNotFound(err):
-			fmt.Fprintf(cl.out, "secret %s/%s already gone\n", ns, name)
+			cl.say("secret %s/%s already gone", ns, name)
 		default:
 			return fmt.Errorf("deleting secret %s/%s: %w", ns, name, err)
 		}
