@@ -138,10 +138,15 @@ func (cl *cleaner) stopController(ctx context.Context) error {
 		timeout = DefaultCleanupTimeout
 	}
 	var left []string
+	var listErr error
 	err = wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
 		var pods corev1.PodList
 		if err := cl.c.List(ctx, &pods, client.InNamespace(key.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
-			return false, fmt.Errorf("listing the pods of deployment %s: %w", key, err)
+			if ctx.Err() != nil {
+				return false, ctx.Err() // the wait timed out: report what is left
+			}
+			listErr = err
+			return false, err
 		}
 		left = left[:0]
 		for _, p := range pods.Items {
@@ -149,8 +154,11 @@ func (cl *cleaner) stopController(ctx context.Context) error {
 		}
 		return len(left) == 0, nil
 	})
-	if err != nil {
-		return fmt.Errorf("waiting for the pods of deployment %s to terminate (still running: %v): %w", key, left, err)
+	switch {
+	case listErr != nil:
+		return fmt.Errorf("listing the pods of deployment %s: %w", key, listErr)
+	case err != nil:
+		return fmt.Errorf("waiting for the pods of deployment %s to terminate (still there: %v): %w", key, left, err)
 	}
 	cl.say("controller pods of deployment %s are gone", key)
 	return nil

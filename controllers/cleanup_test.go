@@ -3,16 +3,22 @@ package controllers_test
 import (
 	"bytes"
 	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/ironlb/ironlb/api/v1beta1"
 	"github.com/ironlb/ironlb/controllers"
@@ -126,5 +132,76 @@ func TestCleanup(t *testing.T) {
 				t.Errorf("secret %s exists = %v, want %v (%v)", name, exists, want, err)
 			}
 		}
+	}
+}
+
+// The chart's pre-delete hook runs Cleanup with its own ServiceAccount: with
+// exactly the RBAC the chart gives it (rendered by bin/helm, applied to the test
+// API server, the ServiceAccount impersonated), Cleanup succeeds.
+func TestCleanupWithHookRBAC(t *testing.T) {
+	h := newHarness(t)
+	root, _ := filepath.Abs("..")
+	helm := filepath.Join(root, "bin", "helm")
+	if _, err := os.Stat(helm); err != nil {
+		t.Skipf("needs %s (make bin/helm): %v", helm, err)
+	}
+	out, err := exec.Command(helm, "template", "ironlb", filepath.Join(root, "charts", "ironlb"), "--kube-version", "v1.37.1",
+		"--namespace", h.installNS, "--show-only", "templates/cleanup-hook.yaml").Output()
+	if err != nil {
+		t.Fatalf("helm template: %v", err)
+	}
+	for _, doc := range strings.Split(string(out), "\n---") {
+		var head struct {
+			Kind string `json:"kind"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
+			t.Fatal(err)
+		}
+		var obj client.Object
+		switch head.Kind {
+		case "ClusterRole":
+			obj = &rbacv1.ClusterRole{}
+		case "ClusterRoleBinding":
+			obj = &rbacv1.ClusterRoleBinding{}
+		case "Role":
+			obj = &rbacv1.Role{}
+		case "RoleBinding":
+			obj = &rbacv1.RoleBinding{}
+		default:
+			continue // the ServiceAccount is impersonated; the Job is not run here
+		}
+		if err := yaml.Unmarshal([]byte(doc), obj); err != nil {
+			t.Fatal(err)
+		}
+		h.create(obj)
+		t.Cleanup(func() { _ = k8s.Delete(context.Background(), obj) })
+	}
+
+	dep := controllerDeployment(h.installNS, "ironlb-controller")
+	h.create(dep)
+	h.create(h.service("ours", map[string]string{annoPool: "first-pool"}))
+	svc := h.get("ours")
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "172.18.255.200"}}
+	if err := k8s.Status().Update(h.ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	h.create(&v1beta1.ServiceL2Status{ObjectMeta: metav1.ObjectMeta{Namespace: h.installNS, Name: "l2-ours"}})
+	for _, name := range []string{"ironlb-memberlist", "ironlb-webhook-cert"} {
+		h.create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: h.installNS, Name: name}})
+	}
+
+	cfg := rest.CopyConfig(restCfg)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + h.installNS + ":ironlb-cleanup"}
+	var log bytes.Buffer
+	err = controllers.Cleanup(context.Background(), controllers.CleanupOptions{
+		Namespace: h.installNS, DeploymentName: dep.Name,
+		MemberlistSecretName: "ironlb-memberlist", WebhookSecretName: "ironlb-webhook-cert",
+		Timeout: 30 * time.Second, RESTConfig: cfg, Out: &log,
+	})
+	if err != nil {
+		t.Fatalf("cleanup as the hook's ServiceAccount: %v\n%s", err, log.String())
+	}
+	if got := ingress(h.get("ours")); len(got) != 0 {
+		t.Errorf("ours: ingress %v after cleanup", got)
 	}
 }
