@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -137,28 +136,30 @@ func (cl *cleaner) stopController(ctx context.Context) error {
 	if timeout <= 0 {
 		timeout = DefaultCleanupTimeout
 	}
-	var left []string
-	var listErr error
-	err = wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
+	// A plain loop rather than a poll with a deadline context: the list itself
+	// runs under ctx, so a slow request near the deadline is not mistaken for a
+	// listing error.
+	deadline := time.Now().Add(timeout)
+	for {
 		var pods corev1.PodList
 		if err := cl.c.List(ctx, &pods, client.InNamespace(key.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
-			if ctx.Err() != nil {
-				return false, ctx.Err() // the wait timed out: report what is left
+			return fmt.Errorf("listing the pods of deployment %s: %w", key, err)
+		}
+		if len(pods.Items) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			left := make([]string, len(pods.Items))
+			for i := range pods.Items {
+				left[i] = pods.Items[i].Name
 			}
-			listErr = err
-			return false, err
+			return fmt.Errorf("the pods of deployment %s did not terminate within %s: %v", key, timeout, left)
 		}
-		left = left[:0]
-		for _, p := range pods.Items {
-			left = append(left, p.Name)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the pods of deployment %s to terminate: %w", key, ctx.Err())
+		case <-time.After(time.Second):
 		}
-		return len(left) == 0, nil
-	})
-	switch {
-	case listErr != nil:
-		return fmt.Errorf("listing the pods of deployment %s: %w", key, listErr)
-	case err != nil:
-		return fmt.Errorf("waiting for the pods of deployment %s to terminate (still there: %v): %w", key, left, err)
 	}
 	cl.say("controller pods of deployment %s are gone", key)
 	return nil
