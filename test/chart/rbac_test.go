@@ -29,14 +29,7 @@ const (
 // knownDrift lists marker permissions the chart deliberately does not grant yet,
 // with the reason. The test reports them instead of failing, and reports an entry
 // that is no longer needed.
-var knownDrift = map[string]string{
-	// The chart mounts the memberlist key into the speaker and grants it no
-	// access to Secrets; the speaker's code path reading the Secret through the
-	// API is being removed on the speaker branch (fixs).
-	"speaker: namespace " + releaseNamespace + ": /secrets get":   "speaker reads the memberlist key from the mounted file (speaker/speaker.go marker pending removal)",
-	"speaker: namespace " + releaseNamespace + ": /secrets list":  "speaker reads the memberlist key from the mounted file (speaker/speaker.go marker pending removal)",
-	"speaker: namespace " + releaseNamespace + ": /secrets watch": "speaker reads the memberlist key from the mounted file (speaker/speaker.go marker pending removal)",
-}
+var knownDrift = map[string]string{}
 
 // TestChartGrantsMarkerRBAC checks that the chart's RBAC for the controller and the
 // speaker grants every rule controller-gen generates from the +kubebuilder:rbac
@@ -94,9 +87,7 @@ func TestChartGrantsMarkerRBAC(t *testing.T) {
 	}
 	for key := range knownDrift {
 		if !used[key] {
-			// Reported, not failed: the entry goes stale when another branch lands,
-			// which must not break main meanwhile.
-			t.Logf("knownDrift entry %q is no longer needed (the chart grants it or no marker asks for it): remove it", key)
+			t.Errorf("knownDrift entry %q is no longer needed (the chart grants it or no marker asks for it): remove it", key)
 		}
 	}
 }
