@@ -27,8 +27,8 @@ const (
 )
 
 // knownDrift lists marker permissions the chart deliberately does not grant yet,
-// with the reason. The test reports them instead of failing, and reports an entry
-// that is no longer needed.
+// with the reason (none today). The test logs them instead of failing, and fails on
+// an entry that is no longer needed.
 var knownDrift = map[string]string{}
 
 // TestChartGrantsMarkerRBAC checks that the chart's RBAC for the controller and the
