@@ -23,11 +23,20 @@ import (
 // configReconciler reloads the configuration whenever an IPAddressPool, an
 // L2Advertisement or a Namespace's labels change. Every event maps to one fixed
 // key, so a burst of changes is parsed once.
+//
+// It runs on every replica, not only the leader, so that each replica's
+// metallb_k8s_client_config_loaded_bool and config_stale_bool say whether the
+// configuration parses (a standby reporting "not loaded" forever would fire the
+// MetalLBConfigNotLoaded alert). Only the leader goes further and applies it to
+// the allocator: elected is closed when this replica becomes leader, which also
+// triggers one more reload, so the allocator is rebuilt from the Service status of
+// that moment rather than of the replica's start.
 type configReconciler struct {
-	state *state
+	state   *state
+	elected <-chan struct{}
 }
 
-// +kubebuilder:rbac:groups=metallb.io,resources=ipaddresspools;l2advertisements,verbs=get;list;watch
+// +kubebuilder:rbac:groups=metallb.io,namespace=metallb-system,resources=ipaddresspools;l2advertisements,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 
 var configKey = reconcile.Request{NamespacedName: types.NamespacedName{Name: "configuration"}}
@@ -43,16 +52,41 @@ func (r *configReconciler) setup(mgr manager.Manager) error {
 		// Namespace labels feed serviceAllocation.namespaceSelectors.
 		Watches(&corev1.Namespace{}, toKey, builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		// Load once at start even if no watched object exists yet.
-		WatchesRawSource(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+		// Load once at start even if no watched object exists yet, and again on
+		// becoming leader.
+		WatchesRawSource(source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 			q.Add(configKey)
+			go func() {
+				select {
+				case <-r.elected:
+					q.Add(configKey)
+				case <-ctx.Done():
+				}
+			}()
 			return nil
 		})).
-		WithOptions(ctrl.Options{MaxConcurrentReconciles: 1, SkipNameValidation: ptr.To(true)}).
+		WithOptions(ctrl.Options{MaxConcurrentReconciles: 1, SkipNameValidation: ptr.To(true), NeedLeaderElection: ptr.To(false)}).
 		Complete(r)
+}
+
+func (r *configReconciler) isLeader() bool {
+	select {
+	case <-r.elected:
+		return true
+	default:
+		return false
+	}
 }
 
 func (r *configReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
 	clientUpdates.Inc()
+	if !r.isLeader() {
+		// Metrics only; the allocator is the leader's.
+		if _, err := r.state.check(ctx); err != nil {
+			logr.FromContextOrDiscard(ctx).Info("configuration refused", "reason", err.Error())
+		}
+		return reconcile.Result{}, nil
+	}
 	if err := r.state.reload(ctx); err != nil {
 		clientUpdateErrors.Inc()
 		// Not returned: retrying cannot fix a bad configuration; the next change

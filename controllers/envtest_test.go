@@ -122,6 +122,9 @@ type harness struct {
 
 	cancel context.CancelFunc
 	done   chan error
+	// exited is closed when the running controller's Run returned, with runErr.
+	exited chan struct{}
+	runErr error
 }
 
 func newHarness(t *testing.T, mutate ...func(*controllers.Options)) *harness {
@@ -162,8 +165,29 @@ func (h *harness) start() {
 		h.t.Fatal("controller already running")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	h.cancel, h.done = cancel, make(chan error, 1)
-	go func() { h.done <- controllers.Run(ctx, h.opts) }()
+	h.cancel, h.done, h.exited = cancel, make(chan error, 1), make(chan struct{})
+	go func() {
+		err := controllers.Run(ctx, h.opts)
+		h.runErr = err
+		close(h.exited)
+		h.done <- err
+	}()
+}
+
+// running fails the test at once if the controller stopped on its own, so a
+// controller that could not start is reported as such and not as a timeout.
+func (h *harness) running() {
+	h.t.Helper()
+	if h.exited == nil {
+		return
+	}
+	select {
+	case <-h.exited:
+		if h.cancel != nil {
+			h.t.Fatalf("the controller stopped by itself: %v", h.runErr)
+		}
+	default:
+	}
 }
 
 // startExtra runs one more controller replica with the same options; the returned
@@ -283,6 +307,7 @@ func (h *harness) eventually(what string, cond func() (bool, string)) {
 	deadline := time.Now().Add(60 * time.Second)
 	var why string
 	for {
+		h.running()
 		var ok bool
 		ok, why = cond()
 		if ok {

@@ -19,8 +19,8 @@ import (
 // layout, so a MetalLB Secret keeps working).
 const MemberlistSecretKey = "secretkey"
 
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create
-// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get
+// +kubebuilder:rbac:groups="",namespace=metallb-system,resources=secrets,verbs=get;create
+// +kubebuilder:rbac:groups=apps,namespace=metallb-system,resources=deployments,verbs=get
 
 // memberlistSecret creates the speakers' memberlist key Secret once, if it does not
 // exist. It reads through the API reader, not the cache: caching Secrets would

@@ -44,7 +44,7 @@ type poolStatusReconciler struct {
 	state  *state
 }
 
-// +kubebuilder:rbac:groups=metallb.io,resources=ipaddresspools/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=metallb.io,namespace=metallb-system,resources=ipaddresspools/status,verbs=get;update;patch
 
 func (r *poolStatusReconciler) setup(mgr manager.Manager) error {
 	ns := r.state.namespace

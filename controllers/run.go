@@ -91,7 +91,8 @@ type Options struct {
 	// MemberlistSecretName is the Secret holding the speakers' memberlist key;
 	// created if missing. Empty disables.
 	MemberlistSecretName string
-	// DeploymentName is the controller Deployment that owns the memberlist Secret.
+	// DeploymentName is the controller Deployment that owns the memberlist and
+	// webhook certificate Secrets the controller creates.
 	DeploymentName string
 
 	// LeaderElect enables leader election on the Lease LeaderElectionID.
@@ -109,9 +110,10 @@ type Options struct {
 	Logger logr.Logger
 }
 
-// Leader election and the authenticated metrics endpoint. (The Lease lives in the
-// install namespace; a chart may narrow this rule to a Role there.)
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch
+// Leader election and the authenticated metrics endpoint. Rules with
+// namespace=metallb-system are for the install namespace, whatever its name: they
+// become a Role (config/rbac), which the chart grants in the release namespace.
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=metallb-system,resources=leases,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
@@ -195,7 +197,7 @@ func Run(ctx context.Context, opts Options) error {
 
 	st := newState(log.WithName("allocator"), mgr.GetCache(), opts.Namespace, opts.LoadBalancerClass)
 	rec := newOnChangeRecorder(mgr.GetEventRecorder("ironlb-controller"))
-	if err := (&configReconciler{state: st}).setup(mgr); err != nil {
+	if err := (&configReconciler{state: st, elected: mgr.Elected()}).setup(mgr); err != nil {
 		return fmt.Errorf("setting up the config controller: %w", err)
 	}
 	if err := (&serviceReconciler{client: mgr.GetClient(), state: st, events: rec}).setup(mgr, opts.ServiceWorkers); err != nil {

@@ -132,6 +132,12 @@ func (r *serviceReconciler) reconcile(ctx context.Context, req reconcile.Request
 	}
 
 	r.state.mu.Lock()
+	if r.state.alloc == nil {
+		// No pool configured (see state.loadWithoutPools): whatever the Service
+		// shows stays, and nothing is allocated until a pool exists.
+		r.state.mu.Unlock()
+		return nil
+	}
 	_, prevPool, _ := r.state.alloc.Allocation(key)
 	_, _, allocErr := r.state.alloc.Allocate(key, want)
 	ips, pool, has := r.state.alloc.Allocation(key)

@@ -37,9 +37,12 @@ type state struct {
 	namespace string
 	lbClass   string
 
-	mu    sync.Mutex
-	alloc *allocator.Allocator // nil until the first valid configuration
-	cfg   *config.Config
+	mu sync.Mutex
+	// alloc is nil until the first valid configuration with at least one pool,
+	// and again while the configuration has no pool (noPools).
+	alloc   *allocator.Allocator
+	cfg     *config.Config
+	noPools bool
 	// configErr is why the newest configuration was refused ("" when it loaded);
 	// the allocator keeps running on the last good one meanwhile. poolErrs are
 	// its parts about each IPAddressPool, by pool name.
@@ -123,9 +126,8 @@ func (s *state) notifyPools(pools ...string) {
 // configuration is reported (metric, pool conditions, the returned error) and the
 // last good one stays in effect.
 func (s *state) reload(ctx context.Context) error {
-	cfg, err := s.parseConfig(ctx)
+	cfg, err := s.check(ctx)
 	if err != nil {
-		configStale.Set(1)
 		s.mu.Lock()
 		s.configErr = err.Error()
 		s.poolErrs = poolProblems(err)
@@ -134,6 +136,11 @@ func (s *state) reload(ctx context.Context) error {
 		// the one whose condition must say why.
 		s.notifyPools(s.poolObjectNames(ctx)...)
 		return err
+	}
+
+	if len(cfg.Pools) == 0 {
+		s.loadWithoutPools(cfg)
+		return nil
 	}
 
 	s.mu.Lock()
@@ -158,7 +165,7 @@ func (s *state) reload(ctx context.Context) error {
 		}
 	}
 	hadErr := s.configErr != ""
-	s.cfg = cfg
+	s.cfg, s.noPools = cfg, false
 	s.configErr, s.poolErrs = "", nil
 	newPools := s.poolNamesLocked()
 	for _, p := range newPools {
@@ -171,8 +178,6 @@ func (s *state) reload(ctx context.Context) error {
 			deletePoolGauges(p)
 		}
 	}
-	configLoaded.Set(1)
-	configStale.Set(0)
 	s.readyOnce.Do(func() { close(s.ready) })
 	if changed {
 		s.log.Info("configuration loaded", "pools", newPools, "l2Advertisements", len(cfg.L2Advertisements))
@@ -182,6 +187,46 @@ func (s *state) reload(ctx context.Context) error {
 		s.notifyPools(append(oldPools, newPools...)...)
 	}
 	return nil
+}
+
+// loadWithoutPools makes cfg, which has no IPAddressPool at all, the running
+// configuration. That is what a controller sees when it starts before the pools
+// are applied (a fresh install, a migration from MetalLB, a restore from backup) or
+// when every pool was deleted: refusing every IP Services show would move them all
+// once the pools come back. So the allocator is dropped, Services are left exactly
+// as they are (the service reconciler writes nothing while alloc is nil) and
+// nothing is allocated; the next configuration with pools rebuilds the allocator
+// from Service status, as at start-up.
+func (s *state) loadWithoutPools(cfg *config.Config) {
+	s.mu.Lock()
+	oldPools := s.poolNamesLocked()
+	wasFrozen := s.noPools
+	s.alloc, s.cfg, s.noPools = nil, cfg, true
+	s.configErr, s.poolErrs = "", nil
+	s.mu.Unlock()
+	for _, p := range oldPools {
+		deletePoolGauges(p)
+	}
+	s.readyOnce.Do(func() { close(s.ready) })
+	if !wasFrozen {
+		s.log.Info("configuration has no IPAddressPool: services keep the IPs they show and nothing is allocated until a pool exists",
+			"l2Advertisements", len(cfg.L2Advertisements))
+	}
+	s.notifyPools(oldPools...)
+}
+
+// check parses the configuration in the cache and publishes the result in the
+// config_loaded_bool and config_stale_bool metrics, without applying it. Every
+// replica runs it; reload, on the leader, applies the result.
+func (s *state) check(ctx context.Context) (*config.Config, error) {
+	cfg, err := s.parseConfig(ctx)
+	if err != nil {
+		configStale.Set(1)
+		return nil, err
+	}
+	configLoaded.Set(1)
+	configStale.Set(0)
+	return cfg, nil
 }
 
 func (s *state) poolNamesLocked() []string {

@@ -20,6 +20,7 @@ func setupWebhooks(mgr manager.Manager, opts Options) error {
 		WebhookConfigurationName: opts.WebhookConfigurationName,
 		CertDir:                  opts.WebhookCertDir,
 		WriteCertDir:             opts.WebhookWriteCerts,
+		OwnerDeployment:          opts.DeploymentName,
 	})
 	if err != nil {
 		return fmt.Errorf("setting up webhook certificate rotation: %w", err)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,6 +30,7 @@ func TestWebhookModeEnabled(t *testing.T) {
 	certDir := t.TempDir()
 	var vwcName string
 	h := newHarness(t, func(o *controllers.Options) {
+		o.DeploymentName = "ironlb-controller"
 		vwcName = "ilb-test-webhooks-" + o.Namespace
 		o.WebhookMode = controllers.WebhookModeEnabled
 		o.WebhookPort = hookPort
@@ -56,10 +59,12 @@ func TestWebhookModeEnabled(t *testing.T) {
 	}
 	h.create(vwc)
 	t.Cleanup(func() { _ = k8s.Delete(h.ctx, vwc) })
+	dep := controllerDeployment(h.installNS, h.opts.DeploymentName)
+	h.create(dep)
 	h.start()
 
 	h.eventually("/readyz to answer 200", func() (bool, string) {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort))
+		resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort))
 		if err != nil {
 			return false, err.Error()
 		}
@@ -89,6 +94,16 @@ func TestWebhookModeEnabled(t *testing.T) {
 		t.Errorf("webhook path not served: %s", resp.Status)
 	}
 
+	// The certificate Secret is owned by the controller Deployment, so the
+	// garbage collector removes it on helm uninstall.
+	var secret corev1.Secret
+	if err := k8s.Get(h.ctx, client.ObjectKey{Namespace: h.installNS, Name: "ironlb-webhook-cert"}, &secret); err != nil {
+		t.Fatal(err)
+	}
+	if refs := secret.OwnerReferences; len(refs) != 1 || refs[0].Kind != "Deployment" || refs[0].Name != dep.Name || refs[0].UID != dep.UID {
+		t.Errorf("webhook certificate secret owners = %+v, want the deployment %s (uid %s)", refs, dep.Name, dep.UID)
+	}
+
 	// Allocation works alongside.
 	h.pool("first-pool", "172.18.255.200-172.18.255.250")
 	h.create(h.service("svc", nil))
@@ -103,4 +118,20 @@ func freePort(t *testing.T) int {
 	}
 	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// controllerDeployment is a minimal Deployment standing for the controller's own
+// (envtest runs no pods; it only needs to exist to own objects).
+func controllerDeployment(ns, name string) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "controller", Image: "ghcr.io/ironlb/ironlb:test"}}},
+			},
+		},
+	}
 }

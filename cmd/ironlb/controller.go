@@ -113,7 +113,7 @@ Flags and environment variables are MetalLB's where MetalLB has them.`,
 	f.StringVar(&webhookService, "webhook-service", ironwebhook.DefaultServiceName, "Service (install namespace) in front of the webhooks; the certificate is issued for its DNS name")
 	f.StringVar(&webhookConfig, "webhook-configuration", ironwebhook.DefaultWebhookConfigurationName, "ValidatingWebhookConfiguration whose caBundle is kept current")
 	f.StringVar(&mlSecret, "ml-secret-name", "", "Secret holding the speakers' memberlist key, created with a random 32-byte key if missing (default: $METALLB_ML_SECRET_NAME, else "+controllers.DefaultMemberlistName+")")
-	f.StringVar(&deployment, "deployment", "", "controller Deployment that owns the memberlist Secret, so uninstalling removes it (default: $METALLB_DEPLOYMENT)")
+	f.StringVar(&deployment, "deployment", "", "controller Deployment that owns the Secrets the controller creates (memberlist key, webhook certificate), so uninstalling removes them (default: $METALLB_DEPLOYMENT)")
 	f.BoolVar(&leaderElect, "leader-elect", true, "elect one active replica through the Lease \""+controllers.LeaderElectionID+"\" in the install namespace; disable only when a single replica runs")
 	f.IntVar(&workers, "service-workers", controllers.DefaultServiceWorkers, "Services whose status is written concurrently (allocation itself is serialised)")
 	f.Float32Var(&qps, "kube-api-qps", controllers.DefaultKubeAPIQPS, "maximum sustained requests per second to the API server")

@@ -24,7 +24,7 @@ node (a DaemonSet with host networking and NET_RAW).`,
 		SilenceUsage:  true,
 		SilenceErrors: true, // main prints the error once
 	}
-	root.AddCommand(newControllerCommand(), newSpeakerCommand())
+	root.AddCommand(newControllerCommand(), newSpeakerCommand(), newCleanupCommand())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "ironlb:", err)
 		os.Exit(1)

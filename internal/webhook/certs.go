@@ -3,19 +3,23 @@ package webhook
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -33,7 +37,8 @@ const (
 // tls.key unless told otherwise.
 var DefaultCertDir = filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs")
 
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups="",namespace=metallb-system,resources=secrets,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=apps,namespace=metallb-system,resources=deployments,verbs=get
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;list;watch;update
 
 // CertOptions configures SetupCertRotation.
@@ -62,6 +67,11 @@ type CertOptions struct {
 	// RequireLeaderElection makes only the leader rotate certificates. Leave it
 	// false (the default) so every replica can serve as soon as it starts.
 	RequireLeaderElection bool
+	// OwnerDeployment, when set, is the Deployment (in Namespace) that owns the
+	// certificate Secret, so the garbage collector removes the Secret when the
+	// Deployment goes (helm uninstall). A Secret that exists without any owner is
+	// adopted. Empty leaves the Secret without an owner.
+	OwnerDeployment string
 }
 
 // SetupCertRotation adds open-policy-agent/cert-controller's rotator to mgr: it
@@ -94,7 +104,7 @@ func SetupCertRotation(mgr manager.Manager, opts CertOptions) (<-chan struct{}, 
 	ready := make(chan struct{})
 	secret := types.NamespacedName{Namespace: opts.Namespace, Name: opts.SecretName}
 	// The rotator fills an existing Secret but does not create one.
-	if err := ensureSecret(mgr, secret); err != nil {
+	if err := ensureSecret(mgr, secret, opts.OwnerDeployment); err != nil {
 		return nil, fmt.Errorf("webhook certificates: %w", err)
 	}
 	r := &rotator.CertRotator{
@@ -107,8 +117,11 @@ func SetupCertRotation(mgr manager.Manager, opts CertOptions) (<-chan struct{}, 
 		IsReady:               ready,
 		Webhooks:              []rotator.WebhookInfo{{Name: opts.WebhookConfigurationName, Type: rotator.Validating}},
 		RequireLeaderElection: opts.RequireLeaderElection,
-		// The rotator's controller name must be unique per manager.
-		ControllerName: "ironlb-cert-rotator",
+		// controller-runtime refuses a second controller of the same name in one
+		// process (and the rotator offers no way to skip that check), so a
+		// process running a second manager, e.g. a restart in tests, gets a
+		// numbered name; the first keeps the plain one its metrics are known by.
+		ControllerName: rotatorName(),
 	}
 	if err := rotator.AddRotator(mgr, r); err != nil {
 		return nil, fmt.Errorf("webhook certificates: adding rotator: %w", err)
@@ -121,29 +134,76 @@ func SetupCertRotation(mgr manager.Manager, opts CertOptions) (<-chan struct{}, 
 	return ready, nil
 }
 
+var rotators atomic.Int64
+
+// rotatorName names the n-th certificate rotator of this process.
+func rotatorName() string {
+	if n := rotators.Add(1); n > 1 {
+		return fmt.Sprintf("ironlb-cert-rotator-%d", n)
+	}
+	return "ironlb-cert-rotator"
+}
+
 // ensureSecret creates the empty certificate Secret when the install manifests did
-// not, so the rotator has something to fill. Another replica creating it first is fine.
-func ensureSecret(mgr manager.Manager, key types.NamespacedName) error {
+// not, so the rotator has something to fill, owned by the Deployment named owner
+// (if any). Another replica creating it first is fine. An existing Secret without
+// owner is given one; its data is left alone.
+func ensureSecret(mgr manager.Manager, key types.NamespacedName, owner string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
 	if err != nil {
 		return fmt.Errorf("creating client: %w", err)
 	}
+	log := mgr.GetLogger().WithName("webhook-cert").WithValues("secret", key.String())
+	var refs []metav1.OwnerReference
+	if owner != "" {
+		var dep appsv1.Deployment
+		switch err := c.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: owner}, &dep); {
+		case err == nil:
+			refs = []metav1.OwnerReference{{
+				APIVersion: "apps/v1", Kind: "Deployment", Name: dep.Name, UID: dep.UID,
+				// false: needs no permission on the Deployment's finalizers.
+				BlockOwnerDeletion: ptr.To(false), Controller: ptr.To(false),
+			}}
+		case apierrors.IsNotFound(err):
+			log.Info("owner deployment not found, the certificate secret stays without an owner", "deployment", owner)
+		default:
+			return fmt.Errorf("reading deployment %s/%s: %w", key.Namespace, owner, err)
+		}
+	}
 	var s corev1.Secret
 	err = c.Get(ctx, key, &s)
-	if err == nil {
+	switch {
+	case err == nil:
+		if len(refs) == 0 || len(s.OwnerReferences) > 0 {
+			return nil
+		}
+		// A merge patch without resourceVersion: it cannot conflict with the
+		// rotator of another replica writing the data meanwhile.
+		patch := client.RawPatch(types.MergePatchType, mustOwnerPatch(refs))
+		if err := c.Patch(ctx, &s, patch); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("setting the owner of secret %s to deployment %s: %w", key, owner, err)
+		}
+		log.Info("certificate secret adopted by the controller deployment", "deployment", owner)
 		return nil
-	}
-	if !apierrors.IsNotFound(err) {
+	case !apierrors.IsNotFound(err):
 		return fmt.Errorf("reading secret %s: %w", key, err)
 	}
-	s = corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
+	s = corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, OwnerReferences: refs,
 		Labels: map[string]string{"app.kubernetes.io/name": "ironlb", "app.kubernetes.io/component": "webhook"}}}
 	if err := c.Create(ctx, &s); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating secret %s: %w", key, err)
 	}
 	return nil
+}
+
+func mustOwnerPatch(refs []metav1.OwnerReference) []byte {
+	b, err := json.Marshal(map[string]any{"metadata": map[string]any{"ownerReferences": refs}})
+	if err != nil {
+		panic(err) // plain structs always marshal
+	}
+	return b
 }
 
 // Checker is a readiness check that fails until ready is closed and then reports

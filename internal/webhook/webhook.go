@@ -39,7 +39,7 @@ const (
 // +kubebuilder:webhook:path=/validate-metallb-io-v1beta1-ipaddresspool,mutating=false,failurePolicy=fail,sideEffects=None,groups=metallb.io,resources=ipaddresspools,verbs=create;update,versions=v1beta1,name=ipaddresspoolvalidationwebhook.metallb.io,admissionReviewVersions=v1
 // +kubebuilder:webhook:path=/validate-metallb-io-v1beta1-l2advertisement,mutating=false,failurePolicy=fail,sideEffects=None,groups=metallb.io,resources=l2advertisements,verbs=create;update,versions=v1beta1,name=l2advertisementvalidationwebhook.metallb.io,admissionReviewVersions=v1
 
-// +kubebuilder:rbac:groups=metallb.io,resources=ipaddresspools;l2advertisements,verbs=get;list;watch
+// +kubebuilder:rbac:groups=metallb.io,namespace=metallb-system,resources=ipaddresspools;l2advertisements,verbs=get;list;watch
 
 // Setup registers both validating webhooks on mgr's webhook server. namespace is the
 // install namespace: objects elsewhere are rejected, and the other objects are read
