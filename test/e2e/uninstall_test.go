@@ -14,7 +14,7 @@ import (
 	"github.com/ironlb/ironlb/api/v1beta1"
 )
 
-// TestUninstall: helm uninstall leaves nothing of ironlb behind in the
+// TestUninstall: helm uninstall releases the IPs and leaves nothing of ironlb behind in the
 // install namespace or cluster-wide (CRDs stay, as Helm keeps crds/). Then the
 // chart is installed again, so the cluster is as the suite found it. It runs
 // last (file order).
@@ -73,24 +73,26 @@ func TestUninstall(t *testing.T) {
 		return len(left) == 0, fmt.Sprintf("left behind: %v", left)
 	})
 
-	// The Services keep status.loadBalancer after an uninstall (MetalLB does
-	// the same): nothing runs any more to take it back. Reported, not failed.
-	var still []string
-	for i, s := range walkthroughServices {
-		if ip, _ := e.ingressIP(ctx, "default", s); ip == ips[i] {
-			still = append(still, s+"="+ip)
+	// The chart's pre-delete hook (ironlb cleanup) released every IP.
+	for _, s := range walkthroughServices {
+		if ip, err := e.ingressIP(ctx, "default", s); err != nil || ip != "" {
+			t.Errorf("after helm uninstall %s still has EXTERNAL-IP %q (err %v), want it released", s, ip, err)
 		}
-	}
-	if len(still) > 0 {
-		t.Logf("known gap: after helm uninstall the Services still show their EXTERNAL-IPs %v (no pre-delete hook releases them)", still)
 	}
 
-	// Reinstalled, the controller keeps every IP (it restores them from status).
+	// Reinstalled, every Service gets an address of the pool again (the same
+	// set: the first free ones).
 	reinstalled = true
 	reinstall()
-	for i, s := range walkthroughServices {
-		if ip, _ := e.ingressIP(ctx, "default", s); ip != ips[i] {
-			t.Errorf("after reinstalling, %s has %q, had %s", s, ip, ips[i])
+	want := map[string]bool{}
+	for _, ip := range ips {
+		want[ip] = true
+	}
+	for _, s := range walkthroughServices {
+		ip := e.waitIngressIP(t, "default", s)
+		if !want[ip] {
+			t.Errorf("after reinstalling, %s has %s, want one of %v", s, ip, ips)
 		}
+		delete(want, ip)
 	}
 }
