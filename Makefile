@@ -84,7 +84,7 @@ helm-check: $(HELM) ## Lint the chart and render it with default and non-default
 ##@ Test
 
 .PHONY: test
-test: tools verify-gen vet lint helm-check test-unit ## Run every test: unit, fuzz seeds, envtest integration (the README's test command).
+test: tools verify-gen vet lint helm-check test-unit test-e2e ## Run every test: unit, fuzz seeds, envtest, lab smoke test, e2e suite (the README's test command).
 
 .PHONY: test-unit
 test-unit: ## Run the Go tests (envtest suites use the API server in ./bin).

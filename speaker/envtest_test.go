@@ -356,7 +356,9 @@ func TestFailoverWhileAPIServerDown(t *testing.T) {
 
 	stops[winner]()
 	stops[winner] = nil
-	eventually(t, other+" takes over without the API server", 30*time.Second, announcedBy(other, true))
+	// Generous: under heavy CPU load this has taken longer than 30 s (see the
+	// closing note of the speaker issue); the mechanism needs no API server.
+	eventually(t, other+" takes over without the API server", 90*time.Second, announcedBy(other, true))
 }
 
 // killAPIServer SIGKILLs the envtest kube-apiserver: the child process of this

@@ -231,13 +231,15 @@ func TestAgentWithAPIServer(t *testing.T) {
 		if err != nil {
 			return "", err
 		}
-		var out strings.Builder
-		opts := remotecommand.StreamOptions{Stdout: &out, Stderr: &out}
+		// Separate buffers: the two streams arrive independently, so a shared one
+		// would interleave them in any order.
+		var out, errOut strings.Builder
+		opts := remotecommand.StreamOptions{Stdout: &out, Stderr: &errOut}
 		if stdin != "" {
 			opts.Stdin = strings.NewReader(stdin)
 		}
 		err = ex.StreamWithContext(ctx, opts)
-		return out.String(), err
+		return out.String() + errOut.String(), err
 	}
 	if out, err := execIn("", "sh", "-c", "hostname; echo $KEY; ip -o -4 addr show dev eth0 | grep -c 10.244.78.2; echo oops >&2"); err != nil || out != "whoami-1\ns3cret\n1\noops\n" {
 		t.Errorf("exec in the container: %q %v", out, err)
