@@ -86,6 +86,10 @@ test: tools verify-gen vet helm-check test-unit ## Run every test: unit, fuzz se
 test-unit: ## Run the Go tests (envtest suites use the API server in ./bin).
 	go test ./... -count=1
 
+.PHONY: bench-controller
+bench-controller: ## Benchmark the controller on envtest: create->IP latency, 10,000 Services, restart (docs/benchmarks.md).
+	go run ./test/bench/controller
+
 ##@ Build
 
 .PHONY: build

@@ -1,0 +1,98 @@
+package controllers
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+
+	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// MemberlistSecretKey is the data key of the memberlist Secret; the speaker mounts
+// it and uses its 32 bytes as the AES-256 key for memberlist traffic (MetalLB's
+// layout, so a MetalLB Secret keeps working).
+const MemberlistSecretKey = "secretkey"
+
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get
+
+// memberlistSecret creates the speakers' memberlist key Secret once, if it does not
+// exist. It reads through the API reader, not the cache: caching Secrets would
+// mean watching every Secret of the cluster.
+type memberlistSecret struct {
+	reader     client.Reader
+	client     client.Client
+	log        logr.Logger
+	namespace  string
+	name       string
+	deployment string
+}
+
+// NeedLeaderElection makes only the leader create the Secret, so two replicas never
+// race to create two different keys.
+func (m *memberlistSecret) NeedLeaderElection() bool { return true }
+
+func (m *memberlistSecret) Start(ctx context.Context) error {
+	if m.name == "" {
+		return nil
+	}
+	if err := m.ensure(ctx); err != nil {
+		// Not fatal for allocation; the speaker reports its missing key.
+		m.log.Error(err, "cannot create the memberlist secret", "secret", m.name)
+	}
+	return nil
+}
+
+func (m *memberlistSecret) ensure(ctx context.Context) error {
+	var existing corev1.Secret
+	err := m.reader.Get(ctx, client.ObjectKey{Namespace: m.namespace, Name: m.name}, &existing)
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("reading secret %s/%s: %w", m.namespace, m.name, err)
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return fmt.Errorf("generating the memberlist key: %w", err)
+	}
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: m.namespace,
+			Name:      m.name,
+			Labels:    map[string]string{"app.kubernetes.io/name": "ironlb", "app.kubernetes.io/component": "memberlist"},
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{MemberlistSecretKey: key},
+	}
+	if m.deployment != "" {
+		// Owned by the controller Deployment: uninstalling ironlb removes it.
+		var dep appsv1.Deployment
+		switch err := m.reader.Get(ctx, client.ObjectKey{Namespace: m.namespace, Name: m.deployment}, &dep); {
+		case err == nil:
+			secret.OwnerReferences = []metav1.OwnerReference{{
+				APIVersion: "apps/v1", Kind: "Deployment", Name: dep.Name, UID: dep.UID,
+				BlockOwnerDeletion: ptr.To(false), Controller: ptr.To(false),
+			}}
+		case apierrors.IsNotFound(err):
+			m.log.Info("controller deployment not found, creating the memberlist secret without an owner",
+				"deployment", m.deployment)
+		default:
+			return fmt.Errorf("reading deployment %s/%s: %w", m.namespace, m.deployment, err)
+		}
+	}
+	if err := m.client.Create(ctx, secret); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return fmt.Errorf("creating secret %s/%s: %w", m.namespace, m.name, err)
+	}
+	m.log.Info("memberlist secret created", "secret", m.name, "owner", m.deployment)
+	return nil
+}
