@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -160,10 +161,16 @@ func (l *clientLoop) stop(t testing.TB) (total int, failures []string, rate floa
 			continue
 		}
 		switch f[0] {
-		case "start":
-			fmt.Sscan(f[1], &start)
-		case "end":
-			fmt.Sscan(f[1], &end)
+		case "start", "end":
+			v, err := strconv.ParseFloat(f[1], 64)
+			if err != nil {
+				t.Fatalf("probe loop printed %q: %v", line, err)
+			}
+			if f[0] == "start" {
+				start = v
+			} else {
+				end = v
+			}
 		case "ok":
 			total++
 		default:

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -159,7 +158,9 @@ func setup(ctx context.Context) (*Env, func(), string, error) {
 		}
 		prev := teardown
 		teardown = func() {
-			os.RemoveAll(dir)
+			if err := os.RemoveAll(dir); err != nil {
+				fmt.Fprintf(os.Stderr, "e2e: removing %s: %v\n", dir, err)
+			}
 			if prev != nil {
 				prev()
 			}
@@ -285,17 +286,4 @@ func (e *Env) kubectl(ctx context.Context, stdin string, args ...string) (string
 		return out.String() + errb.String(), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
 	}
 	return out.String(), nil
-}
-
-// nodeNames returns the cluster's nodes.
-func (e *Env) nodeNames(ctx context.Context) ([]string, error) {
-	var nodes corev1.NodeList
-	if err := e.C.List(ctx, &nodes); err != nil {
-		return nil, err
-	}
-	var names []string
-	for _, n := range nodes.Items {
-		names = append(names, n.Name)
-	}
-	return names, nil
 }

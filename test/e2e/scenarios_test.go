@@ -354,13 +354,13 @@ func TestL2AdvertisementInterfaces(t *testing.T) {
 				if err := e.C.List(ctx, &l2, client.InNamespace(Namespace), client.MatchingLabels{"metallb.io/service-name": c.name}); err != nil {
 					return false, err.Error()
 				}
-				for _, s := range l2.Items {
-					if len(s.Status.Interfaces) == 1 && s.Status.Interfaces[0].Name == "eth0" {
-						return true, ""
-					}
+				if len(l2.Items) == 0 {
+					return false, "no ServiceL2Status"
+				}
+				if s := l2.Items[0]; len(s.Status.Interfaces) != 1 || s.Status.Interfaces[0].Name != "eth0" {
 					return false, fmt.Sprintf("interfaces %v", s.Status.Interfaces)
 				}
-				return false, "no ServiceL2Status"
+				return true, ""
 			})
 			continue
 		}
