@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/ironlb/ironlb/api/v1beta1"
+	"github.com/ironlb/ironlb/internal/k8smetrics"
 )
 
 // configReconciler reloads the configuration whenever an IPAddressPool, an
@@ -79,7 +80,7 @@ func (r *configReconciler) isLeader() bool {
 }
 
 func (r *configReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
-	clientUpdates.Inc()
+	k8smetrics.Updates.Inc()
 	if !r.isLeader() {
 		// Metrics only; the allocator is the leader's.
 		if _, err := r.state.check(ctx); err != nil {
@@ -88,7 +89,7 @@ func (r *configReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (
 		return reconcile.Result{}, nil
 	}
 	if err := r.state.reload(ctx); err != nil {
-		clientUpdateErrors.Inc()
+		k8smetrics.UpdateErrors.Inc()
 		// Not returned: retrying cannot fix a bad configuration; the next change
 		// of a watched object triggers a new attempt.
 		logr.FromContextOrDiscard(ctx).Error(err, "configuration refused, keeping the last valid one")

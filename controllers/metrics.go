@@ -7,7 +7,6 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/ironlb/ironlb/internal/allocator"
-	"github.com/ironlb/ironlb/internal/k8smetrics"
 )
 
 // The metric names, help texts and labels are MetalLB's, so existing dashboards and
@@ -40,11 +39,7 @@ var (
 		Help: "Number of IPv6 addresses in use, per pool",
 	}, []string{"pool"})
 
-	// Shared with the speaker, registered by internal/k8smetrics.
-	clientUpdates      = k8smetrics.Updates
-	clientUpdateErrors = k8smetrics.UpdateErrors
-	configLoaded       = k8smetrics.ConfigLoaded
-	configStale        = k8smetrics.ConfigStale
+	// The metallb_k8s_client_* metrics are shared with the speaker: internal/k8smetrics.
 )
 
 func init() {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/ironlb/ironlb/api/v1beta1"
 	"github.com/ironlb/ironlb/internal/allocator"
+	"github.com/ironlb/ironlb/internal/k8smetrics"
 )
 
 // Pool condition type and reasons written by the pool status reconciler.
@@ -100,7 +101,7 @@ func (r *poolStatusReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 		if apierrors.IsNotFound(err) {
 			return reconcile.Result{}, nil
 		}
-		clientUpdateErrors.Inc()
+		k8smetrics.UpdateErrors.Inc()
 		return reconcile.Result{}, fmt.Errorf("writing status of IPAddressPool %s: %w", req, err)
 	}
 	return reconcile.Result{}, nil

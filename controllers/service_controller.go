@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/ironlb/ironlb/internal/allocator"
+	"github.com/ironlb/ironlb/internal/k8smetrics"
 )
 
 // serviceReconciler gives LoadBalancer Services of our class an IP and mirrors the
@@ -77,10 +78,10 @@ func (r *serviceReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	if err := r.state.waitReady(ctx); err != nil {
 		return reconcile.Result{}, err
 	}
-	clientUpdates.Inc()
+	k8smetrics.Updates.Inc()
 	err := r.reconcile(ctx, req)
 	if err != nil {
-		clientUpdateErrors.Inc()
+		k8smetrics.UpdateErrors.Inc()
 	}
 	return reconcile.Result{}, err
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/ironlb/ironlb/api/v1beta1"
 	"github.com/ironlb/ironlb/internal/allocator"
 	"github.com/ironlb/ironlb/internal/config"
+	"github.com/ironlb/ironlb/internal/k8smetrics"
 )
 
 // AnnotationAllocatedFromPool is written on every Service the controller gave an IP,
@@ -221,11 +222,11 @@ func (s *state) loadWithoutPools(cfg *config.Config) {
 func (s *state) check(ctx context.Context) (*config.Config, error) {
 	cfg, err := s.parseConfig(ctx)
 	if err != nil {
-		configStale.Set(1)
+		k8smetrics.ConfigStale.Set(1)
 		return nil, err
 	}
-	configLoaded.Set(1)
-	configStale.Set(0)
+	k8smetrics.ConfigLoaded.Set(1)
+	k8smetrics.ConfigStale.Set(0)
 	return cfg, nil
 }
 
