@@ -56,7 +56,8 @@ config/manifests/ironlb.yaml: $(HELM)
 	  $(HELM) template ironlb --kube-version $(KUBE_VERSION) charts/ironlb --namespace $(MANIFESTS_NAMESPACE) --include-crds --set cleanup.enabled=false | grep -v '^# Source:'; } > $@
 
 .PHONY: verify-gen
-verify-gen: generate manifests ## Fail when generated files differ from what is committed.
+verify-gen: generate manifests ## Fail when generated files (or go.mod/go.sum) differ from what is committed.
+	@go mod tidy -diff >/dev/null || { echo "go.mod/go.sum are not tidy: run 'go mod tidy' and commit"; go mod tidy -diff; exit 1; }
 	@if [ -n "$$(git status --porcelain -- api config charts)" ]; then \
 		echo "Generated files are out of date. Run 'make generate manifests' and commit:"; \
 		git status --porcelain -- api config charts; git --no-pager diff --stat -- api config charts; exit 1; fi
