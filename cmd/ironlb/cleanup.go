@@ -1,14 +1,12 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/ironlb/ironlb/controllers"
 	ironwebhook "github.com/ironlb/ironlb/internal/webhook"
@@ -34,7 +32,12 @@ func newCleanupCommand() *cobra.Command {
 It prints each step, and running it again is harmless.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := restConfig(kubeconfig)
+			if err != nil {
+				return err
+			}
 			opts := controllers.CleanupOptions{
+				RESTConfig:           cfg,
 				Namespace:            firstNonEmpty(namespace, os.Getenv("METALLB_NAMESPACE"), readFile(serviceAccountNamespaceFile)),
 				DeploymentName:       firstNonEmpty(deployment, os.Getenv("METALLB_DEPLOYMENT")),
 				LoadBalancerClass:    lbClass,
@@ -42,13 +45,6 @@ It prints each step, and running it again is harmless.`,
 				WebhookSecretName:    webhookSecret,
 				Timeout:              timeout,
 				Out:                  cmd.OutOrStdout(),
-			}
-			if kubeconfig != "" {
-				cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-				if err != nil {
-					return fmt.Errorf("loading kubeconfig %q: %w", kubeconfig, err)
-				}
-				opts.RESTConfig = cfg
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()

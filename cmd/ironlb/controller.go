@@ -1,20 +1,12 @@
 package main
 
 import (
-	"fmt"
-	"net"
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"strconv"
-	"strings"
 	"syscall"
 
-	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
-	"go.uber.org/zap/zapcore"
-	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/ironlb/ironlb/controllers"
 	ironwebhook "github.com/ironlb/ironlb/internal/webhook"
@@ -76,12 +68,8 @@ Flags and environment variables are MetalLB's where MetalLB has them.`,
 				KubeAPIBurst:             burst,
 				Logger:                   log,
 			}
-			if kubeconfig != "" {
-				cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-				if err != nil {
-					return fmt.Errorf("loading kubeconfig %q: %w", kubeconfig, err)
-				}
-				opts.RESTConfig = cfg
+			if opts.RESTConfig, err = restConfig(kubeconfig); err != nil {
+				return err
 			}
 			if os.Getenv("GOGC") == "" {
 				// The cache holds every Service of the cluster; collecting at 50%
@@ -119,50 +107,4 @@ Flags and environment variables are MetalLB's where MetalLB has them.`,
 	f.Float32Var(&qps, "kube-api-qps", controllers.DefaultKubeAPIQPS, "maximum sustained requests per second to the API server")
 	f.IntVar(&burst, "kube-api-burst", controllers.DefaultKubeAPIBurst, "maximum burst of requests to the API server")
 	return cmd
-}
-
-// newLogger builds a JSON zap logger at MetalLB's --log-level values.
-func newLogger(level string) (logr.Logger, error) {
-	var lvl zapcore.LevelEnabler
-	switch strings.ToLower(level) {
-	case "all":
-		lvl = zapcore.Level(-10) // every V-level of logr
-	case "debug":
-		lvl = zapcore.DebugLevel
-	case "info", "":
-		lvl = zapcore.InfoLevel
-	case "warn":
-		lvl = zapcore.WarnLevel
-	case "error":
-		lvl = zapcore.ErrorLevel
-	case "none":
-		return logr.Discard(), nil
-	default:
-		return logr.Logger{}, fmt.Errorf("--log-level %q: must be all, debug, info, warn, error or none", level)
-	}
-	return zap.New(zap.Level(lvl), zap.JSONEncoder()), nil
-}
-
-func hostPort(host string, port int) string {
-	if port == 0 {
-		return "0"
-	}
-	return net.JoinHostPort(host, strconv.Itoa(port))
-}
-
-func firstNonEmpty(vals ...string) string {
-	for _, v := range vals {
-		if v = strings.TrimSpace(v); v != "" {
-			return v
-		}
-	}
-	return ""
-}
-
-func readFile(path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	return string(b)
 }

@@ -4,14 +4,10 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	"go.uber.org/zap/zapcore"
-	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/ironlb/ironlb/internal/layer2"
 	"github.com/ironlb/ironlb/internal/membership"
@@ -58,30 +54,21 @@ on takeover, and keeps ServiceL2Status objects current.
 Every flag defaults to the MetalLB environment variable named in its help, so a
 MetalLB speaker Pod spec works unchanged.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			lvl, err := speakerLogLevel(logLevel)
+			logger, err := newLogger(logLevel)
 			if err != nil {
 				return err
 			}
-			logger := zap.New(zap.Level(lvl))
 			ctrl.SetLogger(logger)
 			o.Logger = logger
 			o.Membership = ml
-			if metricsPort > 0 {
-				o.MetricsBindAddress = fmt.Sprintf(":%d", metricsPort)
-			} else {
-				o.MetricsBindAddress = "0"
-			}
-			if healthPort > 0 {
-				o.HealthProbeBindAddress = fmt.Sprintf(":%d", healthPort)
-			}
+			o.MetricsBindAddress = hostPort("", metricsPort)
+			o.HealthProbeBindAddress = hostPort("", healthPort)
 			if l2.ExcludeInterfaces, err = layer2.CompileExcludes(nonEmpty(excludeIfaces)); err != nil {
 				return fmt.Errorf("--exclude-interfaces: %w", err)
 			}
 			o.Layer2 = l2
-			if kubeconfig != "" {
-				if o.RestConfig, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
-					return fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
-				}
+			if o.RestConfig, err = restConfig(kubeconfig); err != nil {
+				return err
 			}
 			return speaker.Run(ctrl.SetupSignalHandler(), o)
 		},
@@ -167,22 +154,4 @@ func nonEmpty(values []string) []string {
 		}
 	}
 	return out
-}
-
-func speakerLogLevel(s string) (zapcore.Level, error) {
-	switch strings.ToLower(s) {
-	case "all":
-		return zapcore.Level(-10), nil // every logr V-level
-	case "debug":
-		return zapcore.DebugLevel, nil
-	case "info", "":
-		return zapcore.InfoLevel, nil
-	case "warn":
-		return zapcore.WarnLevel, nil
-	case "error":
-		return zapcore.ErrorLevel, nil
-	case "none":
-		return zapcore.FatalLevel, nil
-	}
-	return 0, fmt.Errorf("--log-level %q: want all, debug, info, warn, error or none", s)
 }

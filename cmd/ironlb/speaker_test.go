@@ -61,13 +61,13 @@ func TestSpeakerFlagsHaveHelp(t *testing.T) {
 	}
 }
 
-func TestSpeakerLogLevel(t *testing.T) {
+func TestLogLevel(t *testing.T) {
 	for _, ok := range []string{"all", "debug", "info", "warn", "error", "none", "INFO"} {
-		if _, err := speakerLogLevel(ok); err != nil {
+		if _, err := newLogger(ok); err != nil {
 			t.Errorf("%q: %v", ok, err)
 		}
 	}
-	if _, err := speakerLogLevel("loud"); err == nil {
+	if _, err := newLogger("loud"); err == nil {
 		t.Error("unknown level accepted")
 	}
 }
