@@ -225,13 +225,7 @@ func (e *Env) startProbe(t testing.TB, ip string, interval time.Duration) *clien
 // stopRecords stops a probe loop and returns its records.
 func (l *clientLoop) stopRecords(t testing.TB) []probe.Record {
 	t.Helper()
-	if _, err := l.e.Hosts.Run(context.Background(), ClientHost, "touch", l.stopFile); err != nil {
-		t.Fatalf("stopping the client loop: %v", err)
-	}
-	l.wg.Wait()
-	if l.err != nil {
-		t.Fatalf("client loop: %v", l.err)
-	}
+	l.finish(t)
 	return probe.Parse(l.res.Stdout)
 }
 

@@ -133,9 +133,8 @@ func (e *Env) startClientLoop(t testing.TB, ip string, interval time.Duration) *
 	return l
 }
 
-// stop ends the loop and returns total requests, failures and the failed
-// requests' lines.
-func (l *clientLoop) stop(t testing.TB) (total int, failures []string, rate float64) {
+// finish tells the client loop to stop and waits for its output in l.res.
+func (l *clientLoop) finish(t testing.TB) {
 	t.Helper()
 	if _, err := l.e.Hosts.Run(context.Background(), ClientHost, "touch", l.stopFile); err != nil {
 		t.Fatalf("stopping the client loop: %v", err)
@@ -144,6 +143,13 @@ func (l *clientLoop) stop(t testing.TB) (total int, failures []string, rate floa
 	if l.err != nil {
 		t.Fatalf("client loop: %v", l.err)
 	}
+}
+
+// stop ends the loop and returns total requests, failures and the failed
+// requests' lines.
+func (l *clientLoop) stop(t testing.TB) (total int, failures []string, rate float64) {
+	t.Helper()
+	l.finish(t)
 	if l.probe {
 		recs := probe.Parse(l.res.Stdout)
 		sum := probe.Summarize(recs, time.Now())
