@@ -99,6 +99,14 @@ test-e2e: build lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Run th
 bench-failover: build lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Failover figures in the lab (root): hard kills (E2E_FAILOVER_KILLS=20) and graceful speaker restarts (E2E_GRACEFUL_RUNS=5) (docs/benchmarks-e2e.md).
 	go test -tags e2e ./test/e2e -run '^$$' -bench Failover -benchtime 1x -timeout 60m -v
 
+.PHONY: bench-create
+bench-create: build lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Service created -> IP -> first ARP reply -> first good request, in the lab (root; E2E_CREATE_RUNS=10) (docs/benchmarks-e2e.md).
+	go test -tags e2e ./test/e2e -run '^$$' -bench ServiceToTraffic -benchtime 1x -timeout 30m -v
+
+.PHONY: bench-saturation
+bench-saturation: build lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Owner changes with every CPU saturated for E2E_SATURATION=10m, in the lab (root) (docs/benchmarks-e2e.md).
+	go test -tags e2e ./test/e2e -run '^$$' -bench Saturation -benchtime 1x -timeout 40m -v
+
 .PHONY: bench-controller
 bench-controller: ## Benchmark the controller on envtest: create->IP latency, 10,000 Services, restart (docs/benchmarks.md).
 	go run ./test/bench/controller

@@ -111,16 +111,10 @@ type clientLoop struct {
 // (new connection, 1 s timeout) then sleep interval.
 func (e *Env) startClientLoop(t testing.TB, ip string, interval time.Duration) *clientLoop {
 	t.Helper()
-	l := &clientLoop{e: e, stopFile: fmt.Sprintf("/tmp/ironlb-e2e-stop-%d", time.Now().UnixNano()), probe: e.Probe != ""}
-	if l.probe {
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			l.res, l.err = e.Hosts.Run(context.Background(), ClientHost, e.Probe, "--url", "http://"+ip+"/",
-				"--interval", interval.String(), "--timeout", "1s", "--stop-file", l.stopFile)
-		}()
-		return l
+	if e.Probe != "" {
+		return e.runProbe("--url", "http://"+ip+"/", "--interval", interval.String(), "--timeout", "1s")
 	}
+	l := &clientLoop{e: e, stopFile: newStopFile()}
 	// Each request runs in the background so that a slow or timed-out one does
 	// not lower the rate; the script prints one ok/fail line per request.
 	script := fmt.Sprintf(`rm -f %[1]s; echo "start $(date +%%s.%%N)"; while [ ! -e %[1]s ]; do (if curl -s -m 1 -o /dev/null http://%[2]s/; then echo "ok $(date +%%s.%%N)"; else echo "fail $(date +%%s.%%N)"; fi) & sleep %[3]s; done; wait; echo "end $(date +%%s.%%N)"; rm -f %[1]s`,
@@ -132,6 +126,19 @@ func (e *Env) startClientLoop(t testing.TB, ip string, interval time.Duration) *
 	}()
 	return l
 }
+
+// runProbe starts e2e-probe on the client with args, stopped by finish.
+func (e *Env) runProbe(args ...string) *clientLoop {
+	l := &clientLoop{e: e, stopFile: newStopFile(), probe: true}
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		l.res, l.err = e.Hosts.Run(context.Background(), ClientHost, append(append([]string{e.Probe}, args...), "--stop-file", l.stopFile)...)
+	}()
+	return l
+}
+
+func newStopFile() string { return fmt.Sprintf("/tmp/ironlb-e2e-stop-%d", time.Now().UnixNano()) }
 
 // finish tells the client loop to stop and waits for its output in l.res.
 func (l *clientLoop) finish(t testing.TB) {

@@ -2,6 +2,10 @@ package probe
 
 import (
 	"bytes"
+	"context"
+	"net"
+	"net/netip"
+	"strings"
 	"testing"
 	"time"
 )
@@ -34,5 +38,35 @@ func TestSummarizeAndRoundTrip(t *testing.T) {
 	}
 	if s := Summarize(recs[:3], at); s.Recovery != 0 || s.Failed != 0 {
 		t.Errorf("no failures: %+v", s)
+	}
+}
+
+func TestARPRoundTrip(t *testing.T) {
+	mac, _ := net.ParseMAC("02:00:00:00:00:0b")
+	recs := []ARPRecord{
+		{At: time.Unix(100, 5), MAC: mac, Reply: false},
+		{At: time.Unix(100, 20_000_000), MAC: mac, Reply: true},
+	}
+	var b bytes.Buffer
+	if err := WriteARP(&b, recs); err != nil {
+		t.Fatal(err)
+	}
+	got := ParseARP("noise\narp 1 zz reply\n" + b.String() + "ok 1 2\n")
+	if len(got) != 2 || !got[0].At.Equal(recs[0].At) || got[0].Reply || !got[1].Reply || got[1].MAC.String() != mac.String() {
+		t.Fatalf("round trip of %+v: got %+v", recs, got)
+	}
+}
+
+func TestInterfaceFor(t *testing.T) {
+	ifi, err := interfaceFor("", netip.MustParseAddr("127.0.0.9"))
+	if err != nil || ifi.Flags&net.FlagLoopback == 0 {
+		t.Fatalf("interface for 127.0.0.9 = %v, %v; want the loopback interface", ifi, err)
+	}
+	// 198.51.100.0/24 is documentation space (RFC 5737), on no interface here.
+	if ifi, err := interfaceFor("", netip.MustParseAddr("198.51.100.77")); err == nil || !strings.Contains(err.Error(), "198.51.100.77") {
+		t.Errorf("interface for an address on no subnet: %v, err = %v, want an error naming the address", ifi, err)
+	}
+	if _, err := RunARP(context.Background(), ARPOptions{Target: netip.MustParseAddr("2001:db8::1")}); err == nil {
+		t.Error("RunARP accepted an IPv6 target")
 	}
 }

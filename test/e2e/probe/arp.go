@@ -1,0 +1,186 @@
+package probe
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mdlayher/arp"
+)
+
+// ARPOptions configure RunARP.
+type ARPOptions struct {
+	// Target is the IPv4 address asked for.
+	Target netip.Addr
+	// Interface to send on; "" picks the interface whose subnet holds Target.
+	Interface string
+	// Interval between requests (default 10 ms).
+	Interval time.Duration
+	// StopFile: RunARP returns once this file exists (it is removed first).
+	StopFile string
+	// Duration bounds the run (0: until StopFile or ctx).
+	Duration time.Duration
+}
+
+// ARPRecord is one ARP packet whose sender is the target: an answer to our
+// requests, or an announcement (gratuitous request or reply) by the holder.
+type ARPRecord struct {
+	At  time.Time
+	MAC net.HardwareAddr
+	// Reply: an ARP reply (to us or gratuitous); else a gratuitous request.
+	Reply bool
+}
+
+// RunARP asks "who has Target?" every Interval from the client, the way a
+// host resolving the address would, and records every ARP packet the target's
+// holder sends, with the time it arrived. Unlike the HTTP probe, it sees the
+// moment an address starts to be answered, independent of what happens to
+// the traffic on the node after that.
+func RunARP(ctx context.Context, o ARPOptions) ([]ARPRecord, error) {
+	if !o.Target.Is4() {
+		return nil, fmt.Errorf("ARP target %v: not an IPv4 address", o.Target)
+	}
+	if o.Interval <= 0 {
+		o.Interval = 10 * time.Millisecond
+	}
+	ifi, err := interfaceFor(o.Interface, o.Target)
+	if err != nil {
+		return nil, err
+	}
+	c, err := arp.Dial(ifi)
+	if err != nil {
+		return nil, fmt.Errorf("ARP socket on %s: %w", ifi.Name, err)
+	}
+	if o.Duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.Duration)
+		defer cancel()
+	}
+	if o.StopFile != "" {
+		_ = os.Remove(o.StopFile)
+	}
+
+	var (
+		mu     sync.Mutex
+		recs   []ARPRecord
+		wg     sync.WaitGroup
+		closed atomic.Bool
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			p, _, err := c.Read()
+			at := time.Now()
+			if err != nil {
+				if closed.Load() {
+					return
+				}
+				continue // a frame that is not valid ARP
+			}
+			if p.SenderIP != o.Target {
+				continue
+			}
+			mu.Lock()
+			recs = append(recs, ARPRecord{At: at, MAC: p.SenderHardwareAddr, Reply: p.Operation == arp.OperationReply})
+			mu.Unlock()
+		}
+	}()
+
+	tick := time.NewTicker(o.Interval)
+	defer tick.Stop()
+	var sendErr error
+	for n := 0; ctx.Err() == nil; n++ {
+		if o.StopFile != "" && n%5 == 0 {
+			if _, err := os.Stat(o.StopFile); err == nil {
+				_ = os.Remove(o.StopFile)
+				break
+			}
+		}
+		if err := c.Request(o.Target); err != nil && sendErr == nil {
+			sendErr = fmt.Errorf("sending ARP request for %v on %s: %w", o.Target, ifi.Name, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+		}
+	}
+	// Linger for the answer to the last request (a round trip on the segment).
+	time.Sleep(50 * time.Millisecond)
+	closed.Store(true)
+	_ = c.Close() // unblocks Read; nothing was buffered for writing
+	wg.Wait()
+	return recs, sendErr
+}
+
+// interfaceFor returns the named interface, or the one with an address whose
+// prefix contains target.
+func interfaceFor(name string, target netip.Addr) (*net.Interface, error) {
+	if name != "" {
+		ifi, err := net.InterfaceByName(name)
+		if err != nil {
+			return nil, fmt.Errorf("interface %q: %w", name, err)
+		}
+		return ifi, nil
+	}
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, fmt.Errorf("listing interfaces: %w", err)
+	}
+	for i := range ifs {
+		addrs, err := ifs[i].Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if p, err := netip.ParsePrefix(a.String()); err == nil && p.Masked().Contains(target) {
+				return &ifs[i], nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("no interface has a subnet holding %v; pass --iface", target)
+}
+
+// WriteARP prints records one per line: "arp <unix ns> <mac> reply|request".
+func WriteARP(w io.Writer, recs []ARPRecord) error {
+	bw := bufio.NewWriter(w)
+	for _, r := range recs {
+		op := "request"
+		if r.Reply {
+			op = "reply"
+		}
+		// bufio.Writer keeps the first write error; Flush below returns it.
+		_, _ = fmt.Fprintf(bw, "arp %d %s %s\n", r.At.UnixNano(), r.MAC, op)
+	}
+	return bw.Flush()
+}
+
+// ParseARP reads what WriteARP printed; other lines are ignored.
+func ParseARP(s string) []ARPRecord {
+	var out []ARPRecord
+	for _, line := range strings.Split(s, "\n") {
+		f := strings.Fields(line)
+		if len(f) != 4 || f[0] != "arp" || (f[3] != "reply" && f[3] != "request") {
+			continue
+		}
+		at, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			continue
+		}
+		mac, err := net.ParseMAC(f[2])
+		if err != nil {
+			continue
+		}
+		out = append(out, ARPRecord{At: time.Unix(0, at), MAC: mac, Reply: f[3] == "reply"})
+	}
+	return out
+}
