@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -213,15 +214,12 @@ func Run(ctx context.Context, opts Options) error {
 		Controller: config.Controller{SkipNameValidation: ptr(true)},
 		// The speaker must stop quickly on SIGTERM; the memberlist leave
 		// already happened by then.
-		GracefulShutdownTimeout: ptr(5 * time.Second),
+		GracefulShutdownTimeout: ptr(shutdownTimeout),
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return err
-	}
-	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
 
@@ -281,6 +279,22 @@ func Run(ctx context.Context, opts Options) error {
 	if ml == nil {
 		r.ready.Store(true)
 	}
+	// Ready once this speaker could take an IP over: its caches are synced
+	// and it has joined its peers. The DaemonSet's rolling update waits for
+	// this before restarting the next node's speaker.
+	if err := mgr.AddReadyzCheck("can-announce", func(req *http.Request) error {
+		sctx, cancel := context.WithTimeout(req.Context(), 100*time.Millisecond)
+		defer cancel()
+		if !mgr.GetCache().WaitForCacheSync(sctx) {
+			return errors.New("informer caches not synced yet")
+		}
+		if !r.ready.Load() {
+			return errors.New("initial memberlist join not done yet")
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
 	if err := setupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
@@ -307,7 +321,7 @@ func Run(ctx context.Context, opts Options) error {
 	go r.watchConflicts(ctx)
 
 	log.Info("speaker starting", "node", opts.NodeName, "namespace", opts.Namespace, "memberlist", ml != nil)
-	mgrErr := mgr.Start(ctx)
+	mgrErr := startManager(ctx, log, mgr.Start, shutdownTimeout+time.Second)
 
 	// Shutdown order: the memberlist leave started when ctx ended; wait for
 	// it, then keep answering for LeaveGrace so the new owner has taken over
@@ -337,6 +351,32 @@ func Run(ctx context.Context, opts Options) error {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// shutdownTimeout bounds how long the manager's runnables get to stop.
+const shutdownTimeout = 5 * time.Second
+
+// startManager runs start (the manager's Start) until ctx ends, then waits at
+// most wait for it to return. controller-runtime's Start does not return when
+// ctx ends before its caches have synced (the API server unreachable or RBAC
+// missing since start-up): it keeps waiting for them, see
+// kubernetes-sigs/controller-runtime pull request 3440. Such a speaker never
+// announced anything, so the process may exit without it.
+func startManager(ctx context.Context, log logr.Logger, start func(context.Context) error, wait time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- start(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(wait):
+		log.Info("manager still waiting for its caches to sync; stopping without it", "waited", wait)
+		return nil
+	}
+}
 
 // peerReconciler keeps the memberlist peers equal to the speaker Pods' IPs.
 type peerReconciler struct {
