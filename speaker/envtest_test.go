@@ -95,17 +95,17 @@ func runSpeaker(t *testing.T, cfg *rest.Config, node, ip string, port int) (stop
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	opts := Options{
-		NodeName:           node,
-		Namespace:          testNS,
-		PodName:            "speaker-" + node,
-		MLBindAddr:         ip,
-		MLBindPort:         port,
-		MLLabels:           "app=speaker",
-		MLSecretKeyPath:    testKeyFile(t),
+		NodeName:               node,
+		Namespace:              testNS,
+		PodName:                "speaker-" + node,
+		MLBindAddr:             ip,
+		MLBindPort:             port,
+		MLLabels:               "app=speaker",
+		MLSecretKeyPath:        testKeyFile(t),
 		MetricsBindAddress:     "0",
 		HealthProbeBindAddress: healthAddr,
 		RestConfig:             cfg,
-		Logger:             speakerLogger(t, node),
+		Logger:                 speakerLogger(t, node),
 		Layer2: layer2.Options{
 			Links:      func() ([]layer2.Link, error) { return nil, nil },
 			Registerer: prometheus.NewRegistry(),

@@ -60,10 +60,17 @@ func TestNetnsNodeHelper(t *testing.T) {
 	defer stopAnn()
 	ann := layer2.NewAnnouncer(logr.Discard(), layer2.Options{NodeName: node})
 	go func() { _ = ann.Run(annCtx) }()
-	ml, err := membership.Start(ctx, logr.Discard(), membership.Options{
+	mo := membership.Options{
 		NodeName: node, BindAddr: os.Getenv("IRONLB_MB_IP"), BindPort: membership.DefaultPort,
 		SecretKey: []byte("bench"), RejoinInterval: time.Second,
-	})
+	}
+	// IRONLB_SUSPICION_MULT compares another suspicion window (0: default).
+	if v := os.Getenv("IRONLB_SUSPICION_MULT"); v != "" {
+		if _, err := fmt.Sscan(v, &mo.SuspicionMult); err != nil {
+			t.Fatalf("IRONLB_SUSPICION_MULT=%q: %v", v, err)
+		}
+	}
+	ml, err := membership.Start(ctx, logr.Discard(), mo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,6 +314,60 @@ func (ac *arpClient) unanswered(from, to time.Time, wait time.Duration) int {
 	return n
 }
 
+// mbCluster is the running benchmark topology: three nodes answering for the
+// VIP and the client probing it.
+type mbCluster struct {
+	procs    []*exec.Cmd
+	macs     map[string]string
+	ac       *arpClient
+	owner    string // the VIP's elected owner with every node up
+	ownerIdx int
+	runnerUp string // its successor
+}
+
+// startMBCluster builds the namespaces, starts the three nodes and the client;
+// everything is torn down when b ends.
+func startMBCluster(b *testing.B) *mbCluster {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root for network namespaces")
+	}
+	mbSetup(b)
+	b.Cleanup(mbTeardown)
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	c := &mbCluster{macs: map[string]string{}, procs: make([]*exec.Cmd, len(mbNodes))}
+	for _, n := range mbNodes {
+		c.macs[n] = mbMAC(b, n)
+	}
+	for i := range mbNodes {
+		c.procs[i] = mbStartNode(b, i)
+	}
+	b.Cleanup(func() {
+		for _, p := range c.procs {
+			if p != nil && p.Process != nil {
+				_ = p.Process.Kill()
+				_ = p.Wait()
+			}
+		}
+	})
+	c.ac = startARPClient(b, ctx)
+	c.owner = election.Winner(mbVIP, mbNodes)
+	c.ownerIdx = slices.Index(mbNodes, c.owner)
+	c.runnerUp = election.Rank(mbVIP, mbNodes)[1]
+	return c
+}
+
+// waitStable waits until the owner alone has answered for a second.
+func (c *mbCluster) waitStable(b *testing.B) {
+	end := time.Now().Add(60 * time.Second)
+	for !c.ac.onlyFrom(c.macs[c.owner], time.Second) {
+		if time.Now().After(end) {
+			b.Fatalf("%s (%s) never became the only answerer for %s", c.owner, c.macs[c.owner], mbVIP)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // BenchmarkFailoverARP measures the VIP moving when its owner goes away, as a
 // client on the segment sees it. The client asks for the VIP every 20 ms
 // (gratuitous ARP counts too). "kill": the owner's process is SIGKILLed and
@@ -319,50 +380,10 @@ func (ac *arpClient) unanswered(from, to time.Time, wait time.Duration) int {
 //
 //	go test ./speaker -run '^$' -bench BenchmarkFailoverARP -benchtime 1x -v
 func BenchmarkFailoverARP(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root for network namespaces")
-	}
-	trials := 20
-	if v := os.Getenv("IRONLB_FAILOVER_TRIALS"); v != "" {
-		if _, err := fmt.Sscan(v, &trials); err != nil {
-			b.Fatalf("IRONLB_FAILOVER_TRIALS=%q: %v", v, err)
-		}
-	}
-	mbSetup(b)
-	defer mbTeardown()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
-	macs := map[string]string{}
-	for _, n := range mbNodes {
-		macs[n] = mbMAC(b, n)
-	}
-	procs := make([]*exec.Cmd, len(mbNodes))
-	for i := range mbNodes {
-		procs[i] = mbStartNode(b, i)
-	}
-	defer func() {
-		for _, p := range procs {
-			if p != nil && p.Process != nil {
-				_ = p.Process.Kill()
-				_ = p.Wait()
-			}
-		}
-	}()
-	ac := startARPClient(b, ctx)
-	owner := election.Winner(mbVIP, mbNodes)
-	ownerIdx := slices.Index(mbNodes, owner)
-	runnerUp := election.Rank(mbVIP, mbNodes)[1]
-
-	waitStable := func() {
-		end := time.Now().Add(60 * time.Second)
-		for !ac.onlyFrom(macs[owner], time.Second) {
-			if time.Now().After(end) {
-				b.Fatalf("%s (%s) never became the only answerer for %s", owner, macs[owner], mbVIP)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	trials := envTrials(b, "IRONLB_FAILOVER_TRIALS", 20)
+	c := startMBCluster(b)
+	procs, macs, ac, owner, ownerIdx, runnerUp := c.procs, c.macs, c.ac, c.owner, c.ownerIdx, c.runnerUp
+	waitStable := func() { c.waitStable(b) }
 
 	for _, mode := range []string{"kill", "sigterm"} {
 		b.Run(mode, func(b *testing.B) {
@@ -417,4 +438,73 @@ func BenchmarkFailoverARP(b *testing.B) {
 				ms(pc(gaps, 50)), ms(gaps[len(gaps)-1]), lost)
 		})
 	}
+}
+
+// envTrials reads a trial count from the environment.
+func envTrials(b *testing.B, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	var n int
+	if _, err := fmt.Sscan(v, &n); err != nil || n < 1 {
+		b.Fatalf("%s=%q: want a positive number", name, v)
+	}
+	return n
+}
+
+// BenchmarkStallARP measures how long the owner may freeze without losing
+// the VIP: the owner's process is stopped (SIGSTOP: no timers, no packets,
+// as a node starved of CPU or a VM paused by its hypervisor) for each of a
+// series of durations, then continued (SIGCONT), and the client watches for
+// two seconds more whether another node answered for the VIP. A stall up to
+// the failure detector's window keeps the owner; a longer one is a failover
+// (the owner takes the VIP back once it refutes). Trials per duration:
+// IRONLB_STALL_TRIALS (default 5); IRONLB_SUSPICION_MULT compares another
+// suspicion multiplier. Needs root.
+//
+//	go test ./speaker -run '^$' -bench BenchmarkStallARP -benchtime 1x -v
+func BenchmarkStallARP(b *testing.B) {
+	trials := envTrials(b, "IRONLB_STALL_TRIALS", 5)
+	c := startMBCluster(b)
+	stallsMS := []int{200, 300, 400, 500, 600, 700, 800, 1000, 1500}
+	for i := 0; i < b.N; i++ {
+		var row []string
+		for _, ms := range stallsMS {
+			d := time.Duration(ms) * time.Millisecond
+			moved := 0
+			for range trials {
+				c.waitStable(b)
+				p := c.procs[c.ownerIdx].Process
+				start := time.Now()
+				if err := p.Signal(syscall.SIGSTOP); err != nil {
+					b.Fatal(err)
+				}
+				time.Sleep(d) // the stall itself is the input being varied
+				if err := p.Signal(syscall.SIGCONT); err != nil {
+					b.Fatal(err)
+				}
+				time.Sleep(2 * time.Second) // watch window after the stall
+				if c.ac.answeredByOther(c.macs[c.owner], start, time.Now()) {
+					moved++
+				}
+			}
+			row = append(row, fmt.Sprintf("%d/%d", moved, trials))
+			b.ReportMetric(float64(moved), fmt.Sprintf("moved-%dms", ms))
+		}
+		mult := os.Getenv("IRONLB_SUSPICION_MULT")
+		if mult == "" {
+			mult = "default"
+		}
+		b.Logf("stalls (ms) %v, suspicion mult %s: VIP moved in %s trials", stallsMS, mult, strings.Join(row, " "))
+	}
+}
+
+// answeredByOther reports whether any MAC but mac answered between from and to.
+func (ac *arpClient) answeredByOther(mac string, from, to time.Time) bool {
+	ac.mu.Lock()
+	defer ac.mu.Unlock()
+	return slices.ContainsFunc(ac.replies, func(r arpSeen) bool {
+		return r.mac != mac && !r.at.Before(from) && !r.at.After(to)
+	})
 }

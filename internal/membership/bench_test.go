@@ -43,21 +43,12 @@ func timings() []timing {
 	d.ProbeInterval, d.ProbeTimeout = 150*time.Millisecond, 75*time.Millisecond
 	d.SuspicionMult, d.SuspicionMaxTimeoutMult = 3, 2
 
-	sm5 := DefaultOptions()
-	sm5.ProbeInterval, sm5.ProbeTimeout = 100*time.Millisecond, 50*time.Millisecond
-	sm5.SuspicionMult, sm5.SuspicionMaxTimeoutMult = 5, 3
-
-	sm6 := sm5
-	sm6.SuspicionMult = 6
-
 	return []timing{
 		{"lan-default", lan},
 		{"pi200-sm3", b},
 		{"default", DefaultOptions()}, // probe 100ms/50ms, suspicion 4x (max 3x)
 		{"pi250-sm2", c},
 		{"pi150-sm3-max2", d},
-		{"pi100-sm5", sm5},
-		{"pi100-sm6", sm6},
 	}
 }
 

@@ -94,9 +94,11 @@ func DefaultOptions() Options {
 	return Options{
 		BindAddr: "0.0.0.0",
 		BindPort: DefaultPort,
-		// BenchmarkFailover: kill seen by all survivors p50 0.59 s, p99
-		// 0.75-0.95 s (3 and 5 members); TestFalsePositivesUnderLoad: no
-		// false death in 2 x 2 min with both cores saturated.
+		// BenchmarkFailover: kill seen by all survivors p50 0.56-0.63 s,
+		// max of 20 0.69-0.77 s (3 and 5 members); TestFalsePositivesUnderLoad:
+		// no false death in 3 x 10 min with every core saturated. The price:
+		// a member frozen for more than ~500 ms is declared dead
+		// (speaker BenchmarkStallARP); SuspicionMult moves both by 100 ms a step.
 		ProbeInterval:           100 * time.Millisecond,
 		ProbeTimeout:            50 * time.Millisecond,
 		SuspicionMult:           4,
