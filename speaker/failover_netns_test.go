@@ -314,35 +314,101 @@ func (ac *arpClient) unanswered(from, to time.Time, wait time.Duration) int {
 	return n
 }
 
-// mbCluster is the running benchmark topology: three nodes answering for the
-// VIP and the client probing it.
+// TestNetnsFailoverMovesNeighbour: three speaker processes in three network
+// namespaces over memberlist and a client that holds a neighbour entry for
+// the VIP but sends nothing: when the owner is killed (SIGKILL, link down),
+// and again when it is stopped gracefully (SIGTERM), the new owner's
+// gratuitous ARP moves the client's entry to the new owner's MAC. Needs root.
+func TestNetnsFailoverMovesNeighbour(t *testing.T) {
+	c := startMBCluster(t)
+	procs, macs, owner, oi, next := c.procs, c.macs, c.owner, c.ownerIdx, c.runnerUp
+
+	// Until the members have converged every node may announce; probe by ARP
+	// until the owner alone answers (the successor has withdrawn and sends
+	// no more gratuitous ARP), then stop all client traffic.
+	stable := func() {
+		t.Helper()
+		ctx, stopProbe := context.WithCancel(context.Background())
+		defer stopProbe()
+		c.waitStable(t, startARPClient(t, ctx))
+	}
+	stable()
+
+	client := mbPrefix + "c"
+	neighIs := func(what, mac string) {
+		t.Helper()
+		var last string
+		end := time.Now().Add(30 * time.Second)
+		start := time.Now()
+		for time.Now().Before(end) {
+			out, _ := exec.Command("ip", "-n", client, "neigh", "show", mbVIP, "dev", "eth0").CombinedOutput()
+			if last = strings.TrimSpace(string(out)); strings.Contains(last, "lladdr "+mac) {
+				t.Logf("%s: entry moved to %s after %v: %s", what, mac, time.Since(start).Round(time.Millisecond), last)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		table, _ := exec.Command("ip", "-n", client, "neigh", "show").CombinedOutput()
+		t.Fatalf("%s: the client's neighbour entry for %s is %q, want lladdr %s; client neighbours:\n%s(MACs: %v)",
+			what, mbVIP, last, mac, table, macs)
+	}
+	// The entry the client would have after talking to the owner; from here
+	// on nothing but the speakers' gratuitous ARP can change it.
+	pointAtOwner := func() {
+		mbRun(t, "ip", "-n", client, "neigh", "replace", mbVIP, "lladdr", macs[owner], "dev", "eth0", "nud", "stale")
+	}
+	pointAtOwner()
+
+	// Hard kill: process and link gone at once.
+	_ = procs[oi].Process.Signal(syscall.SIGKILL)
+	mbRun(t, "ip", "-n", mbPrefix+owner, "link", "set", "eth0", "down")
+	_ = procs[oi].Wait() // exit status: killed
+	procs[oi] = nil
+	neighIs("after SIGKILL of "+owner, macs[next])
+
+	// The owner returns and takes the VIP back.
+	mbRun(t, "ip", "-n", mbPrefix+owner, "link", "set", "eth0", "up")
+	procs[oi] = mbStartNode(t, oi)
+	stable()
+	pointAtOwner()
+
+	// Graceful stop: memberlist leave, the successor announces at once.
+	_ = procs[oi].Process.Signal(syscall.SIGTERM)
+	neighIs("after SIGTERM of "+owner, macs[next])
+	if err := procs[oi].Wait(); err != nil {
+		t.Errorf("%s after SIGTERM: %v", owner, err)
+	}
+	procs[oi] = nil
+}
+
+// mbCluster is the running topology of the netns test and benchmarks: three
+// nodes answering for the VIP, and the client's ARP probe when started.
 type mbCluster struct {
 	procs    []*exec.Cmd
 	macs     map[string]string
-	ac       *arpClient
-	owner    string // the VIP's elected owner with every node up
+	ac       *arpClient // nil until startProbe
+	owner    string     // the VIP's elected owner with every node up
 	ownerIdx int
 	runnerUp string // its successor
 }
 
-// startMBCluster builds the namespaces, starts the three nodes and the client;
-// everything is torn down when b ends.
-func startMBCluster(b *testing.B) *mbCluster {
+// startMBCluster builds the namespaces and starts the three nodes; all is
+// torn down when tb ends.
+func startMBCluster(tb testing.TB) *mbCluster {
+	tb.Helper()
 	if os.Geteuid() != 0 {
-		b.Skip("needs root for network namespaces")
+		tb.Skip("needs root for network namespaces (runs in CI as root)")
 	}
-	mbSetup(b)
-	b.Cleanup(mbTeardown)
-	ctx, cancel := context.WithCancel(context.Background())
-	b.Cleanup(cancel)
+	mbSetup(tb)
+	tb.Cleanup(mbTeardown)
 	c := &mbCluster{macs: map[string]string{}, procs: make([]*exec.Cmd, len(mbNodes))}
 	for _, n := range mbNodes {
-		c.macs[n] = mbMAC(b, n)
+		c.macs[n] = mbMAC(tb, n)
 	}
 	for i := range mbNodes {
-		c.procs[i] = mbStartNode(b, i)
+		c.procs[i] = mbStartNode(tb, i)
 	}
-	b.Cleanup(func() {
+	tb.Cleanup(func() {
 		for _, p := range c.procs {
 			if p != nil && p.Process != nil {
 				_ = p.Process.Kill()
@@ -350,19 +416,26 @@ func startMBCluster(b *testing.B) *mbCluster {
 			}
 		}
 	})
-	c.ac = startARPClient(b, ctx)
 	c.owner = election.Winner(mbVIP, mbNodes)
 	c.ownerIdx = slices.Index(mbNodes, c.owner)
 	c.runnerUp = election.Rank(mbVIP, mbNodes)[1]
 	return c
 }
 
-// waitStable waits until the owner alone has answered for a second.
-func (c *mbCluster) waitStable(b *testing.B) {
+// startProbe starts the client's ARP probe for the rest of tb.
+func (c *mbCluster) startProbe(tb testing.TB) {
+	ctx, cancel := context.WithCancel(context.Background())
+	tb.Cleanup(cancel)
+	c.ac = startARPClient(tb, ctx)
+}
+
+// waitStable waits until the owner alone has answered ac for a second.
+func (c *mbCluster) waitStable(tb testing.TB, ac *arpClient) {
+	tb.Helper()
 	end := time.Now().Add(60 * time.Second)
-	for !c.ac.onlyFrom(c.macs[c.owner], time.Second) {
+	for !ac.onlyFrom(c.macs[c.owner], time.Second) {
 		if time.Now().After(end) {
-			b.Fatalf("%s (%s) never became the only answerer for %s", c.owner, c.macs[c.owner], mbVIP)
+			tb.Fatalf("%s (%s) never became the only answerer for %s", c.owner, c.macs[c.owner], mbVIP)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -382,8 +455,9 @@ func (c *mbCluster) waitStable(b *testing.B) {
 func BenchmarkFailoverARP(b *testing.B) {
 	trials := envTrials(b, "IRONLB_FAILOVER_TRIALS", 20)
 	c := startMBCluster(b)
+	c.startProbe(b)
 	procs, macs, ac, owner, ownerIdx, runnerUp := c.procs, c.macs, c.ac, c.owner, c.ownerIdx, c.runnerUp
-	waitStable := func() { c.waitStable(b) }
+	waitStable := func() { c.waitStable(b, ac) }
 
 	for _, mode := range []string{"kill", "sigterm"} {
 		b.Run(mode, func(b *testing.B) {
@@ -467,6 +541,7 @@ func envTrials(b *testing.B, name string, def int) int {
 func BenchmarkStallARP(b *testing.B) {
 	trials := envTrials(b, "IRONLB_STALL_TRIALS", 5)
 	c := startMBCluster(b)
+	c.startProbe(b)
 	stallsMS := []int{200, 300, 400, 500, 600, 700, 800, 1000, 1500}
 	for i := 0; i < b.N; i++ {
 		var row []string
@@ -474,7 +549,7 @@ func BenchmarkStallARP(b *testing.B) {
 			d := time.Duration(ms) * time.Millisecond
 			moved := 0
 			for range trials {
-				c.waitStable(b)
+				c.waitStable(b, c.ac)
 				p := c.procs[c.ownerIdx].Process
 				start := time.Now()
 				if err := p.Signal(syscall.SIGSTOP); err != nil {
