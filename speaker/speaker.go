@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -338,6 +339,9 @@ func Run(ctx context.Context, opts Options) error {
 	if err := <-annDone; err != nil && !errors.Is(err, context.Canceled) {
 		log.Error(err, "announcer stopped with an error")
 	}
+	// Nothing is announced any more. Matters where the registry outlives
+	// Run: several speakers in one test process, run again with -count.
+	m.announced.DeletePartialMatch(prometheus.Labels{"node": opts.NodeName})
 	if mgrErr != nil {
 		if ctx.Err() != nil {
 			// Asked to stop: a slow shutdown (e.g. reconciles waiting on an
