@@ -34,15 +34,9 @@ import (
 //
 //	sudo go test -tags e2e ./test/e2e -run '^$' -bench Failover -benchtime 1x -timeout 60m -v
 func BenchmarkFailover(b *testing.B) {
-	e := env
-	if e == nil {
-		b.Skip(skipReason)
-	}
+	e := benchEnv(b)
 	if _, ok := e.Hosts.(NodeKiller); !ok {
 		b.Skip("these hosts cannot kill a node (the lab can)")
-	}
-	if e.Probe == "" {
-		b.Skip("no e2e-probe on the client (E2E_PROBE)")
 	}
 	kills := getenvInt("E2E_FAILOVER_KILLS", 20)
 	graceful := getenvInt("E2E_GRACEFUL_RUNS", 5)
@@ -167,6 +161,19 @@ func runFailoverBench(b *testing.B, e *Env, kills, gracefulRuns int) {
 	}
 }
 
+// benchEnv returns the cluster for a benchmark driven by e2e-probe on the
+// client, or skips the benchmark saying why there is none.
+func benchEnv(b *testing.B) *Env {
+	b.Helper()
+	if env == nil {
+		b.Skip(skipReason)
+	}
+	if env.Probe == "" {
+		b.Skip("no e2e-probe on the client (E2E_PROBE)")
+	}
+	return env
+}
+
 // pct returns the p-th percentile (nearest rank) of sorted.
 func pct(sorted []time.Duration, p int) time.Duration {
 	if len(sorted) == 0 {
@@ -245,13 +252,7 @@ func (l *clientLoop) stopRecords(t testing.TB) []probe.Record {
 //
 //	sudo go test -tags e2e ./test/e2e -run '^$' -bench ServiceToTraffic -benchtime 1x -v
 func BenchmarkServiceToTraffic(b *testing.B) {
-	e := env
-	if e == nil {
-		b.Skip(skipReason)
-	}
-	if e.Probe == "" {
-		b.Skip("no e2e-probe on the client (E2E_PROBE)")
-	}
+	e := benchEnv(b)
 	runs := getenvInt("E2E_CREATE_RUNS", 10)
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()

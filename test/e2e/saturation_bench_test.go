@@ -31,13 +31,7 @@ import (
 //
 //	sudo go test -tags e2e ./test/e2e -run '^$' -bench Saturation -benchtime 1x -timeout 30m -v
 func BenchmarkSaturation(b *testing.B) {
-	e := env
-	if e == nil {
-		b.Skip(skipReason)
-	}
-	if e.Probe == "" {
-		b.Skip("no e2e-probe on the client (E2E_PROBE)")
-	}
+	e := benchEnv(b)
 	dur := 10 * time.Minute
 	if v := os.Getenv("E2E_SATURATION"); v != "" {
 		d, err := time.ParseDuration(v)

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,15 +59,6 @@ func RunARP(ctx context.Context, o ARPOptions) ([]ARPRecord, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ARP socket on %s: %w", ifi.Name, err)
 	}
-	if o.Duration > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, o.Duration)
-		defer cancel()
-	}
-	if o.StopFile != "" {
-		_ = os.Remove(o.StopFile)
-	}
-
 	var (
 		mu     sync.Mutex
 		recs   []ARPRecord
@@ -96,24 +86,12 @@ func RunARP(ctx context.Context, o ARPOptions) ([]ARPRecord, error) {
 		}
 	}()
 
-	tick := time.NewTicker(o.Interval)
-	defer tick.Stop()
 	var sendErr error
-	for n := 0; ctx.Err() == nil; n++ {
-		if o.StopFile != "" && n%5 == 0 {
-			if _, err := os.Stat(o.StopFile); err == nil {
-				_ = os.Remove(o.StopFile)
-				break
-			}
-		}
+	every(ctx, o.Interval, o.Duration, o.StopFile, func(time.Time) {
 		if err := c.Request(o.Target); err != nil && sendErr == nil {
 			sendErr = fmt.Errorf("sending ARP request for %v on %s: %w", o.Target, ifi.Name, err)
 		}
-		select {
-		case <-ctx.Done():
-		case <-tick.C:
-		}
-	}
+	})
 	// Linger for the answer to the last request (a round trip on the segment).
 	time.Sleep(50 * time.Millisecond)
 	closed.Store(true)

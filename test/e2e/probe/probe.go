@@ -49,14 +49,6 @@ func Run(ctx context.Context, o Options) []Record {
 	if o.Timeout <= 0 {
 		o.Timeout = time.Second
 	}
-	if o.Duration > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, o.Duration)
-		defer cancel()
-	}
-	if o.StopFile != "" {
-		_ = os.Remove(o.StopFile)
-	}
 	tr := &http.Transport{
 		DisableKeepAlives: true,
 		DialContext:       (&net.Dialer{Timeout: o.Timeout}).DialContext,
@@ -67,48 +59,63 @@ func Run(ctx context.Context, o Options) []Record {
 		recs []Record
 		wg   sync.WaitGroup
 	)
-	tick := time.NewTicker(o.Interval)
-	defer tick.Stop()
-	for n := 0; ; n++ {
-		if o.StopFile != "" && n%5 == 0 {
-			if _, err := os.Stat(o.StopFile); err == nil {
-				_ = os.Remove(o.StopFile)
-				break
+	every(ctx, o.Interval, o.Duration, o.StopFile, func(sent time.Time) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := Record{Sent: sent}
+			// The requests outlive ctx by at most Timeout: a request sent is
+			// always recorded.
+			resp, err := cl.Get(o.URL)
+			if err == nil {
+				_, err = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close() // the body was read in full; a close error changes nothing
+				if err == nil && resp.StatusCode != http.StatusOK {
+					err = fmt.Errorf("HTTP %d", resp.StatusCode)
+				}
 			}
-		}
-		select {
-		case <-ctx.Done():
-		case <-tick.C:
-			wg.Add(1)
-			go func(sent time.Time) {
-				defer wg.Done()
-				r := Record{Sent: sent}
-				// The requests outlive ctx by at most Timeout: a request sent is
-				// always recorded.
-				resp, err := cl.Get(o.URL)
-				if err == nil {
-					_, err = io.Copy(io.Discard, resp.Body)
-					_ = resp.Body.Close() // the body was read in full; a close error changes nothing
-					if err == nil && resp.StatusCode != http.StatusOK {
-						err = fmt.Errorf("HTTP %d", resp.StatusCode)
-					}
-				}
-				r.Latency = time.Since(sent)
-				r.OK = err == nil
-				if err != nil {
-					r.Err = err.Error()
-				}
-				mu.Lock()
-				recs = append(recs, r)
-				mu.Unlock()
-			}(time.Now())
-			continue
-		}
-		break
-	}
+			r.Latency = time.Since(sent)
+			r.OK = err == nil
+			if err != nil {
+				r.Err = err.Error()
+			}
+			mu.Lock()
+			recs = append(recs, r)
+			mu.Unlock()
+		}()
+	})
 	wg.Wait()
 	sort.Slice(recs, func(i, j int) bool { return recs[i].Sent.Before(recs[j].Sent) })
 	return recs
+}
+
+// every calls send every interval, starting at once, until ctx ends, d (if
+// > 0) has passed or stopFile (if set) exists; the file is removed first and
+// when seen, so the next run starts clean.
+func every(ctx context.Context, interval, d time.Duration, stopFile string, send func(time.Time)) {
+	if d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
+	if stopFile != "" {
+		_ = os.Remove(stopFile)
+	}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for n := 0; ctx.Err() == nil; n++ {
+		if stopFile != "" && n%5 == 0 {
+			if _, err := os.Stat(stopFile); err == nil {
+				_ = os.Remove(stopFile)
+				return
+			}
+		}
+		send(time.Now())
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+		}
+	}
 }
 
 // Write prints records one per line: "ok|fail <sent unix ns> <latency ns> [error]".

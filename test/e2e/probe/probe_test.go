@@ -5,6 +5,8 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -68,5 +70,36 @@ func TestInterfaceFor(t *testing.T) {
 	}
 	if _, err := RunARP(context.Background(), ARPOptions{Target: netip.MustParseAddr("2001:db8::1")}); err == nil {
 		t.Error("RunARP accepted an IPv6 target")
+	}
+}
+
+func TestEveryStops(t *testing.T) {
+	stop := filepath.Join(t.TempDir(), "stop")
+	if err := os.WriteFile(stop, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A stop file left by an earlier run is removed, not obeyed; one that
+	// appears during the run ends it at the next check (every 5th tick).
+	n := 0
+	every(context.Background(), time.Millisecond, 0, stop, func(time.Time) {
+		if n++; n == 3 {
+			if err := os.WriteFile(stop, nil, 0o600); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	if n != 5 {
+		t.Errorf("sent %d times, want 5 (stop file created after the 3rd, checked before the 6th)", n)
+	}
+	if _, err := os.Stat(stop); !os.IsNotExist(err) {
+		t.Errorf("stop file still there after the run: %v", err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	n = 0
+	every(ctx, time.Hour, 0, "", func(time.Time) { n++ })
+	if n != 0 {
+		t.Errorf("cancelled context: sent %d times, want 0", n)
 	}
 }
