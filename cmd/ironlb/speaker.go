@@ -111,7 +111,8 @@ MetalLB speaker Pod spec works unchanged.`,
 	f.DurationVar(&ml.ProbeTimeout, "ml-probe-timeout", ml.ProbeTimeout,
 		"memberlist: wait this long for a direct ack before asking other members to probe indirectly (must be < probe interval)")
 	f.IntVar(&ml.SuspicionMult, "ml-suspicion-mult", ml.SuspicionMult,
-		"memberlist: a suspect member has suspicion-mult x probe-interval (x log10(members) from 10 members) to refute before it is declared dead")
+		"memberlist: a suspect member has suspicion-mult x probe-interval (x log10(members) from 10 members) to refute before it is declared dead; "+
+			"the default tolerates a node frozen ~500 ms, each step adds ~100 ms to both that and the failover time")
 	f.IntVar(&ml.SuspicionMaxTimeoutMult, "ml-suspicion-max-timeout-mult", ml.SuspicionMaxTimeoutMult,
 		"memberlist: the suspicion timer starts at this multiple of its minimum and shrinks as other members confirm (false-positive guard)")
 	f.IntVar(&ml.IndirectChecks, "ml-indirect-checks", ml.IndirectChecks, "memberlist: members asked to probe a member that missed a direct ack")
