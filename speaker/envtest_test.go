@@ -126,6 +126,41 @@ func runSpeaker(t *testing.T, cfg *rest.Config, node, ip string, port int) (stop
 	}, "http://" + healthAddr + "/readyz"
 }
 
+// speakerSet is a speaker for every seeded node; those still running stop
+// when the test ends.
+type speakerSet struct {
+	stops  map[string]func()
+	readyz map[string]string
+}
+
+func runSpeakers(t *testing.T, cfg *rest.Config, nodes map[string]string, port int) *speakerSet {
+	t.Helper()
+	s := &speakerSet{stops: map[string]func(){}, readyz: map[string]string{}}
+	for n, ip := range nodes {
+		s.stops[n], s.readyz[n] = runSpeaker(t, cfg, n, ip, port)
+	}
+	t.Cleanup(func() {
+		for _, stop := range s.stops {
+			stop()
+		}
+	})
+	return s
+}
+
+// stop stops node's speaker now.
+func (s *speakerSet) stop(node string) {
+	s.stops[node]()
+	delete(s.stops, node)
+}
+
+// waitReady waits until every running speaker reports ready.
+func (s *speakerSet) waitReady(t *testing.T) {
+	t.Helper()
+	for n := range s.stops {
+		eventually(t, n+" ready", 60*time.Second, readyz(s.readyz[n]))
+	}
+}
+
 // readyz returns "" when the speaker's readiness endpoint answers 200, else
 // what it answered.
 func readyz(url string) func() string {
@@ -266,27 +301,14 @@ func TestSpeakersAgainstAPIServer(t *testing.T) {
 	const vip = testVIP
 	ready := true
 
-	stops := map[string]func(){}
-	readyURL := map[string]string{}
-	for n, ip := range nodes {
-		stops[n], readyURL[n] = runSpeaker(t, cfg, n, ip, port)
-	}
-	defer func() {
-		for _, s := range stops {
-			if s != nil {
-				s()
-			}
-		}
-	}()
+	speakers := runSpeakers(t, cfg, nodes, port)
 
 	winner := election.Winner(vip, []string{"w1", "w2"})
 	other := map[string]string{"w1": "w2", "w2": "w1"}[winner]
 	t.Logf("expected owner of %s: %s", vip, winner)
 
 	eventually(t, "one ServiceL2Status from the elected node "+winner, 60*time.Second, checkOwner(t, c, winner))
-	for n, url := range readyURL {
-		eventually(t, n+" ready", 60*time.Second, readyz(url))
-	}
+	speakers.waitReady(t)
 
 	nodeAssigned := func(node string) func() string {
 		return func() string {
@@ -310,8 +332,7 @@ func TestSpeakersAgainstAPIServer(t *testing.T) {
 	// Graceful stop of the owner: the other node takes over and replaces the
 	// ServiceL2Status (the old owner's Pod still exists, so the new owner
 	// deletes the stale object itself).
-	stops[winner]()
-	stops[winner] = nil
+	speakers.stop(winner)
 	eventually(t, "takeover by "+other, 60*time.Second, checkOwner(t, c, other))
 	eventually(t, "nodeAssigned event for the new owner", 30*time.Second, nodeAssigned(other))
 
@@ -381,18 +402,7 @@ func TestFailoverWhileAPIServerDown(t *testing.T) {
 	port := freeUDPTCPPort(t, "127.0.0.1", "127.0.0.2")
 	nodes, _, _ := seed(t, c)
 
-	stops := map[string]func(){}
-	readyURL := map[string]string{}
-	for n, ip := range nodes {
-		stops[n], readyURL[n] = runSpeaker(t, cfg, n, ip, port)
-	}
-	defer func() {
-		for _, s := range stops {
-			if s != nil {
-				s()
-			}
-		}
-	}()
+	speakers := runSpeakers(t, cfg, nodes, port)
 	winner := election.Winner(testVIP, []string{"w1", "w2"})
 	other := map[string]string{"w1": "w2", "w2": "w1"}[winner]
 	eventually(t, "one ServiceL2Status from "+winner, 60*time.Second, checkOwner(t, c, winner))
@@ -402,9 +412,7 @@ func TestFailoverWhileAPIServerDown(t *testing.T) {
 	// Both must have synced their caches before the API server goes away: a
 	// speaker that never saw the Service cannot take it over (under load the
 	// second speaker's start-up has lagged behind the first's announcement).
-	for n, url := range readyURL {
-		eventually(t, n+" ready", 60*time.Second, readyz(url))
-	}
+	speakers.waitReady(t)
 
 	// SIGKILL, as a crashed control plane: a graceful stop drains the
 	// speakers' watches for a minute.
@@ -415,8 +423,7 @@ func TestFailoverWhileAPIServerDown(t *testing.T) {
 	// Still announcing with the API server gone.
 	eventually(t, winner+" keeps announcing", 10*time.Second, announcedBy(winner, true))
 
-	stops[winner]()
-	stops[winner] = nil
+	speakers.stop(winner)
 	eventually(t, other+" takes over without the API server", 30*time.Second, announcedBy(other, true))
 }
 

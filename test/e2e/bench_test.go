@@ -319,11 +319,7 @@ func createOnce(b *testing.B, e *Env, name string, macs map[string]string) (allo
 		b.Fatalf("%s: watch ended before the IP %s appeared in its status", name, ip)
 	}
 	e.waitServing(b, ip)
-	var owners []string
-	poll(b, time.Minute, name+" announced", func() (bool, string) {
-		owners, err = e.announcers(ctx, svc.Namespace, name)
-		return err == nil && len(owners) == 1, fmt.Sprint(owners, err)
-	})
+	owner := e.waitAnnouncer(b, svc.Namespace, name, "")
 	// Let the HTTP probe's request sent just before waitServing's succeed.
 	time.Sleep(500 * time.Millisecond)
 	recs := httpLoop.stopRecords(b)
@@ -338,9 +334,9 @@ func createOnce(b *testing.B, e *Env, name string, macs map[string]string) (allo
 	}
 	var firstReply, firstAny time.Time
 	for _, a := range arps {
-		if a.MAC.String() != macs[owners[0]] {
+		if a.MAC.String() != macs[owner] {
 			b.Fatalf("%s (%s): ARP from %s, but the announcer is %s (%s); all ARP seen by mypc:\n%s",
-				name, ip, a.MAC, owners[0], macs[owners[0]], arpLoop.res.Stdout)
+				name, ip, a.MAC, owner, macs[owner], arpLoop.res.Stdout)
 		}
 		if firstAny.IsZero() {
 			firstAny = a.At
@@ -354,7 +350,7 @@ func createOnce(b *testing.B, e *Env, name string, macs map[string]string) (allo
 	}
 	alloc, arp = allocated.Sub(at), firstReply.Sub(allocated)
 	fmt.Fprintf(os.Stderr, "%s (%s, announcer %s): IP in status +%v, first ARP packet from the owner +%v (reply +%v), first good request completed +%v (sent at +%v)\n",
-		name, ip, owners[0], alloc.Round(time.Millisecond), firstAny.Sub(at).Round(time.Millisecond), firstReply.Sub(at).Round(time.Millisecond),
+		name, ip, owner, alloc.Round(time.Millisecond), firstAny.Sub(at).Round(time.Millisecond), firstReply.Sub(at).Round(time.Millisecond),
 		traffic.Round(time.Millisecond), firstOK.Sent.Sub(at).Round(time.Millisecond))
 
 	if err := e.C.Delete(ctx, svc); err != nil {
