@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"strconv"
@@ -78,9 +79,27 @@ type Options struct {
 	// LeaveTimeout: how long a graceful Leave waits for its broadcast to go out.
 	LeaveTimeout time.Duration
 
+	// State, when set, is replicated through memberlist: its LocalState is
+	// exchanged in every push/pull (at join and every PushPullInterval) and
+	// its messages are broadcast with List.Broadcast. The speaker replicates
+	// its ownership claims this way.
+	State StateDelegate
+
 	// transport replaces the UDP/TCP transport; tests use it to blackhole a
 	// member as a dead host would.
 	transport memberlist.Transport
+}
+
+// StateDelegate is the application state replicated over memberlist. Its
+// methods are called from memberlist's goroutines and must not block long.
+type StateDelegate interface {
+	// LocalState is this member's full state, sent to a peer in a push/pull
+	// exchange (join is true during a join).
+	LocalState(join bool) []byte
+	// MergeRemoteState receives a peer's LocalState.
+	MergeRemoteState(buf []byte, join bool)
+	// NotifyMsg receives a message another member broadcast.
+	NotifyMsg(msg []byte)
 }
 
 // DefaultPort is memberlist's (and MetalLB's) port.
@@ -227,6 +246,7 @@ type List struct {
 	done chan struct{}
 
 	keyring *memberlist.Keyring
+	queue   *memberlist.TransmitLimitedQueue
 
 	mu    sync.Mutex
 	peers []string // known peer addresses host:port, for rejoin
@@ -288,6 +308,13 @@ func Start(ctx context.Context, logger logr.Logger, opts Options) (*List, error)
 	// same node with a new address, e.g. after a host IP change).
 	cfg.DeadNodeReclaimTime = time.Second
 	cfg.Events = eventDelegate{l}
+	if opts.State != nil {
+		l.queue = &memberlist.TransmitLimitedQueue{
+			NumNodes:       func() int { return l.ml.NumMembers() },
+			RetransmitMult: opts.RetransmitMult,
+		}
+		cfg.Delegate = stateDelegate{state: opts.State, queue: l.queue}
+	}
 	cfg.Logger = log.New(&logWriter{log: logger.WithName("memberlist")}, "", 0)
 	if opts.transport != nil {
 		cfg.Transport = opts.transport
@@ -369,6 +396,73 @@ func (l *List) PrimaryKey() []byte {
 		return nil
 	}
 	return l.keyring.GetPrimaryKey()
+}
+
+// State is a member's liveness as this member sees it.
+type State int
+
+const (
+	// StateAlive: acknowledging probes.
+	StateAlive State = iota
+	// StateSuspect: missed probes; declared dead unless it refutes in time.
+	StateSuspect
+)
+
+// MemberState is one member that is not dead or left.
+type MemberState struct {
+	Name  string
+	Addr  string // ip:port
+	State State
+}
+
+// States returns every member that is not dead or left, with its state,
+// sorted by name. A suspect is a member that missed its probes: the speaker
+// checks its data path at once instead of waiting for the suspicion timeout.
+func (l *List) States() []MemberState {
+	nodes := l.ml.Members()
+	out := make([]MemberState, 0, len(nodes))
+	for _, n := range nodes {
+		st := StateAlive
+		if n.State == memberlist.StateSuspect {
+			st = StateSuspect
+		}
+		out = append(out, MemberState{Name: n.Name, Addr: n.Address(), State: st})
+	}
+	slices.SortFunc(out, func(a, b MemberState) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Broadcast gossips msg to every member (StateDelegate.NotifyMsg), piggybacked
+// on memberlist's probes and retransmitted like its own messages. A later
+// broadcast with the same key replaces one not yet sent. msg must fit in a
+// UDP packet (about 1 KB).
+func (l *List) Broadcast(key string, msg []byte) {
+	if l.queue == nil {
+		return
+	}
+	l.queue.QueueBroadcast(&broadcast{key: key, msg: msg})
+}
+
+// Sync exchanges full state (push/pull) with up to n live members at once,
+// as a join does. A member that was frozen or partitioned calls it to learn
+// what changed meanwhile instead of waiting for the periodic push/pull.
+func (l *List) Sync(n int) int {
+	self := l.LocalAddr()
+	var addrs []string
+	for _, m := range l.ml.Members() {
+		if a := m.Address(); a != self && m.State == memberlist.StateAlive {
+			addrs = append(addrs, a)
+		}
+	}
+	if len(addrs) == 0 {
+		return 0
+	}
+	rand.Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
+	joined, err := l.ml.Join(addrs[:min(n, len(addrs))])
+	if err != nil {
+		l.log.V(1).Info("state sync: some members unreachable", "error", err.Error(), "synced", joined)
+	}
+	return joined
 }
 
 // NumMembers returns the number of members that are alive (not suspect).
@@ -483,6 +577,39 @@ func (l *List) normalise(addrs []string) []string {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// broadcast is one queued application message.
+type broadcast struct {
+	key string
+	msg []byte
+}
+
+func (b *broadcast) Invalidates(other memberlist.Broadcast) bool {
+	o, ok := other.(*broadcast)
+	return ok && o.key == b.key
+}
+func (b *broadcast) Message() []byte { return b.msg }
+func (b *broadcast) Finished()       {}
+
+// stateDelegate adapts a StateDelegate to memberlist.Delegate.
+type stateDelegate struct {
+	state StateDelegate
+	queue *memberlist.TransmitLimitedQueue
+}
+
+func (d stateDelegate) NodeMeta(int) []byte { return nil }
+func (d stateDelegate) NotifyMsg(msg []byte) {
+	if len(msg) > 0 {
+		d.state.NotifyMsg(slices.Clone(msg)) // memberlist reuses the buffer
+	}
+}
+func (d stateDelegate) GetBroadcasts(overhead, limit int) [][]byte {
+	return d.queue.GetBroadcasts(overhead, limit)
+}
+func (d stateDelegate) LocalState(join bool) []byte { return d.state.LocalState(join) }
+func (d stateDelegate) MergeRemoteState(buf []byte, join bool) {
+	d.state.MergeRemoteState(buf, join)
 }
 
 // eventDelegate forwards memberlist callbacks without ever blocking them: the

@@ -1,0 +1,280 @@
+package ownership
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+
+// cluster builds a synced engine for self with the given live nodes, every
+// key eligible on every node.
+func cluster(t testing.TB, self string, opts Options, nodes ...string) (*Engine, *NodeSet) {
+	t.Helper()
+	opts.Self = self
+	e := New(opts)
+	for _, n := range nodes {
+		e.SetSpeaker(n, SpeakerAlive, t0)
+	}
+	e.SetSynced(t0)
+	return e, NewInterner().Intern(nodes)
+}
+
+func owner(t testing.TB, e *Engine, key string) string {
+	t.Helper()
+	o, _ := e.Owner(key)
+	return o
+}
+
+func TestDecisions(t *testing.T) {
+	nodes := []string{"a", "b", "c", "d"}
+	hold := 30 * time.Second
+	// The hash winner of "10.0.0.1" among nodes, and the next one.
+	rank := func(key string, among []string) []string {
+		r := slices.Clone(among)
+		slices.SortFunc(r, func(x, y string) int {
+			if hashLess(x, y, key) {
+				return -1
+			}
+			return 1
+		})
+		return r
+	}
+	const key = "10.0.0.1"
+	first := rank(key, nodes)[0]
+	second := rank(key, nodes)[1]
+
+	tests := []struct {
+		name     string
+		failback Failback
+		hold     time.Duration
+		// act runs the scenario on an engine where key is owned by first.
+		act        func(e *Engine, all *NodeSet) []Change
+		wantOwner  string
+		wantReason Reason // of the last change, "" for none
+	}{
+		{
+			name: "speaker gone within hold: kept",
+			hold: hold,
+			act: func(e *Engine, _ *NodeSet) []Change {
+				return e.SetSpeaker(first, SpeakerGone, t0.Add(time.Second))
+			},
+			wantOwner: first,
+		},
+		{
+			name: "speaker gone, data path answers: kept past many probes",
+			hold: hold,
+			act: func(e *Engine, _ *NodeSet) []Change {
+				c := e.SetSpeaker(first, SpeakerGone, t0.Add(time.Second))
+				c = append(c, e.SetPath(first, PathUp)...)
+				return append(c, e.Tick(t0.Add(29*time.Second))...)
+			},
+			wantOwner: first,
+		},
+		{
+			name: "hold expired: moves to the hash winner of the rest",
+			hold: hold,
+			act: func(e *Engine, _ *NodeSet) []Change {
+				c := e.SetSpeaker(first, SpeakerGone, t0.Add(time.Second))
+				c = append(c, e.SetPath(first, PathUp)...)
+				return append(c, e.Tick(t0.Add(31*time.Second))...)
+			},
+			wantOwner:  second,
+			wantReason: ReasonHoldExpired,
+		},
+		{
+			name: "no hold: speaker gone moves at once",
+			act: func(e *Engine, _ *NodeSet) []Change {
+				return e.SetSpeaker(first, SpeakerGone, t0.Add(time.Second))
+			},
+			wantOwner:  second,
+			wantReason: ReasonHoldExpired,
+		},
+		{
+			name: "suspect whose data path is down: moves before memberlist declares it dead",
+			hold: hold,
+			act: func(e *Engine, _ *NodeSet) []Change {
+				c := e.SetSpeaker(first, SpeakerSuspect, t0)
+				return append(c, e.SetPath(first, PathDown)...)
+			},
+			wantOwner:  second,
+			wantReason: ReasonOwnerDown,
+		},
+		{
+			name: "node dead and back: no failback",
+			hold: hold,
+			act: func(e *Engine, _ *NodeSet) []Change {
+				c := e.SetSpeaker(first, SpeakerGone, t0)
+				c = append(c, e.SetPath(first, PathDown)...)
+				return append(c, e.SetSpeaker(first, SpeakerAlive, t0.Add(8*time.Second))...)
+			},
+			wantOwner:  second,
+			wantReason: ReasonOwnerDown,
+		},
+		{
+			name:     "node dead and back: failback immediate",
+			failback: FailbackImmediate,
+			hold:     hold,
+			act: func(e *Engine, _ *NodeSet) []Change {
+				c := e.SetSpeaker(first, SpeakerGone, t0)
+				c = append(c, e.SetPath(first, PathDown)...)
+				return append(c, e.SetSpeaker(first, SpeakerAlive, t0.Add(8*time.Second))...)
+			},
+			wantOwner:  first,
+			wantReason: ReasonFailback,
+		},
+		{
+			name: "owner no longer eligible: moves; eligible again: stays",
+			hold: hold,
+			act: func(e *Engine, _ *NodeSet) []Change {
+				in := NewInterner()
+				c := e.SetKey(key, in.Intern(without(nodes, first)))
+				return append(c, e.SetKey(key, in.Intern(nodes))...)
+			},
+			wantOwner:  second,
+			wantReason: ReasonOwnerIneligible,
+		},
+		{
+			name: "path up verdict on a live owner changes nothing",
+			hold: hold,
+			act: func(e *Engine, _ *NodeSet) []Change {
+				return e.SetPath(first, PathUp)
+			},
+			wantOwner: first,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e, all := cluster(t, "a", Options{Failback: tc.failback, Hold: tc.hold}, nodes...)
+			e.Merge([]Claim{{Key: key, Owner: first, Epoch: 3}})
+			if c := e.SetKey(key, all); len(c) != 0 {
+				t.Fatalf("setting up: unexpected changes %v", c)
+			}
+			changes := tc.act(e, all)
+			if got := owner(t, e, key); got != tc.wantOwner {
+				t.Errorf("owner = %s, want %s (changes %v)", got, tc.wantOwner, changes)
+			}
+			var last Reason
+			if len(changes) > 0 {
+				last = changes[len(changes)-1].Reason
+			}
+			if last != tc.wantReason {
+				t.Errorf("last reason = %q, want %q (changes %v)", last, tc.wantReason, changes)
+			}
+			if c := e.decideAll(); len(c) != 0 {
+				t.Errorf("a full recomputation changes %v", c)
+			}
+		})
+	}
+}
+
+func without(s []string, drop ...string) []string {
+	return slices.DeleteFunc(slices.Clone(s), func(x string) bool { return slices.Contains(drop, x) })
+}
+
+func TestNewKeysGoToTheLeastLoaded(t *testing.T) {
+	e, all := cluster(t, "a", Options{Hold: time.Minute}, "a", "b", "c")
+	for i := range 30 {
+		e.SetKey(fmt.Sprintf("10.0.0.%d", i), all)
+	}
+	for _, n := range []string{"a", "b", "c"} {
+		if l := e.Load(n); l != 10 {
+			t.Errorf("load of %s = %d, want 10", n, l)
+		}
+	}
+	// c dies: its keys spread over a and b by hash; c comes back and then
+	// receives the new keys until it catches up.
+	e.SetSpeaker("c", SpeakerGone, t0)
+	e.SetPath("c", PathDown)
+	if e.Load("c") != 0 || e.Load("a")+e.Load("b") != 30 {
+		t.Fatalf("after c died: loads a=%d b=%d c=%d", e.Load("a"), e.Load("b"), e.Load("c"))
+	}
+	e.SetSpeaker("c", SpeakerAlive, t0.Add(time.Second))
+	if e.Load("c") != 0 {
+		t.Fatalf("c took %d keys back without failback", e.Load("c"))
+	}
+	for i := 30; i < 40; i++ {
+		key := fmt.Sprintf("10.0.0.%d", i)
+		e.SetKey(key, all)
+		if o := owner(t, e, key); o != "c" {
+			t.Errorf("new key %s went to %s, want the least-loaded c", key, o)
+		}
+	}
+}
+
+func TestNoCandidatesThenPlaced(t *testing.T) {
+	e, _ := cluster(t, "a", Options{Hold: time.Minute}, "a", "b")
+	in := NewInterner()
+	e.SetKey("k", in.Intern([]string{"c"}))
+	if o, _ := e.Owner("k"); o != "" {
+		t.Fatalf("owner %q with no live eligible node", o)
+	}
+	if u := e.Unplaced(); !slices.Equal(u, []string{"k"}) {
+		t.Fatalf("unplaced = %v", u)
+	}
+	changes := e.SetSpeaker("c", SpeakerAlive, t0)
+	if len(changes) != 1 || changes[0].To != "c" || changes[0].Reason != ReasonPlaced {
+		t.Fatalf("changes when c joined = %v", changes)
+	}
+}
+
+func TestNoDecisionBeforeSynced(t *testing.T) {
+	e := New(Options{Self: "a", Hold: time.Minute})
+	e.SetSpeaker("a", SpeakerAlive, t0)
+	all := NewInterner().Intern([]string{"a", "b"})
+	if c := e.SetKey("k", all); c != nil {
+		t.Fatalf("decided before synced: %v", c)
+	}
+	if o, _ := e.Owner("k"); o != "" {
+		t.Fatalf("owner %q before synced", o)
+	}
+	// What peers tell us before we are synced is kept, and wins.
+	e.Merge([]Claim{{Key: "k", Owner: "b", Epoch: 7}})
+	e.SetSpeaker("b", SpeakerAlive, t0)
+	if c := e.SetSynced(t0); len(c) != 0 {
+		t.Fatalf("changes at sync: %v", c)
+	}
+	if o := owner(t, e, "k"); o != "b" {
+		t.Fatalf("owner = %s, want the learned b", o)
+	}
+}
+
+func TestDeputy(t *testing.T) {
+	e, _ := cluster(t, "a", Options{Hold: time.Minute}, "a", "b", "c", "d")
+	d := e.Deputy("b")
+	if d == "" || d == "b" {
+		t.Fatalf("deputy of b = %q", d)
+	}
+	e.SetSpeaker("b", SpeakerGone, t0)
+	if got := e.Deputy("b"); got != d {
+		t.Errorf("deputy of b changed from %s to %s when b left", d, got)
+	}
+	e.SetSpeaker(d, SpeakerGone, t0)
+	if got := e.Deputy("b"); got == d || got == "b" || got == "" {
+		t.Errorf("deputy of b is %q after the deputy %s left", got, d)
+	}
+}
+
+func TestDeletedKeyKeepsOwnerForAWhile(t *testing.T) {
+	e, all := cluster(t, "a", Options{Hold: time.Minute}, "a", "b", "c")
+	e.SetKey("k", all)
+	o := owner(t, e, "k")
+	e.DeleteKey("k")
+	if l := e.Load(o); l != 0 {
+		t.Fatalf("load of %s = %d after delete", o, l)
+	}
+	// Make another node the least loaded: the re-created key still returns
+	// to its previous owner.
+	e.SetKey("other", all)
+	e.SetKey("k", all)
+	if got := owner(t, e, "k"); got != o {
+		t.Errorf("re-created key went to %s, was %s", got, o)
+	}
+	e.DeleteKey("k")
+	e.Tick(t0.Add(inactiveTTL))
+	if _, ok := e.Claim("k"); ok {
+		t.Errorf("claim of a key deleted %s ago is still kept", inactiveTTL)
+	}
+}
