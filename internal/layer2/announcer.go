@@ -102,16 +102,6 @@ func (o *Options) defaults() {
 	}
 }
 
-// Conflict is another host claiming an IP this node announces: an ARP frame
-// or Neighbor Advertisement for it from a MAC that is not ours. It is also
-// how a split brain between two speakers shows.
-type Conflict struct {
-	IP        netip.Addr
-	MAC       net.HardwareAddr // the other host's
-	Interface string           // where it was seen
-	Time      time.Time
-}
-
 // Announcer answers ARP and NDP for the IPs of the balancers it is given, on
 // every eligible interface (or the ones a balancer names).
 type Announcer struct {
@@ -153,23 +143,6 @@ type ipState struct {
 	owned      *ownedIP
 }
 
-type recheck struct {
-	k  burstKey
-	at time.Time
-}
-
-type burstKey struct {
-	ip    netip.Addr
-	iface string
-}
-
-// burst is the pending gratuitous announcements of one IP on one interface.
-type burst struct {
-	left  int // bursts still to send
-	next  time.Time
-	probe bool // send an RFC 5227 probe with the next burst
-}
-
 // NewAnnouncer returns an Announcer; nothing is sent before Run.
 func NewAnnouncer(log logr.Logger, opts Options) *Announcer {
 	defaultWatch := opts.Links == nil && opts.WatchLinks == nil
@@ -200,11 +173,6 @@ func NewAnnouncer(log logr.Logger, opts Options) *Announcer {
 	a.localMACs.Store(&empty)
 	return a
 }
-
-// Conflicts delivers address conflicts, at most one per IP per
-// ConflictInterval. The channel is buffered; reports are dropped (and
-// logged) when nobody reads.
-func (a *Announcer) Conflicts() <-chan Conflict { return a.conflicts }
 
 // SetBalancer sets the IPs balancer name owns on this node and the interfaces
 // to answer on (empty: all eligible). Newly owned IPs are announced at once
@@ -410,34 +378,6 @@ func (a *Announcer) leaveLocked(r *responder, ip netip.Addr) {
 	}
 }
 
-// scheduleLocked queues the takeover announcements of one IP on one
-// interface, the first due at once.
-//
-// The RFC 5227 probe goes out with the first burst instead of delaying the
-// claim by a probe wait (RFC 5227 waits 1-2 s plus 3 probes): on a failover
-// the previous owner is usually dead and cannot answer, so waiting would only
-// add its full length to every failover, the number ironlb is judged on. A
-// live holder answers the probe (or announces itself) within a round trip,
-// and the passive watch, which runs for as long as the IP is owned, reports
-// that as a Conflict if it persists past ConflictGrace; the takeover is then
-// bounded to one defensive announcement per ConflictInterval, never a loop.
-func (a *Announcer) scheduleLocked(k burstKey, now time.Time, probe bool) {
-	if a.opts.GratuitousCount < 0 {
-		if a.opts.RefreshInterval > 0 {
-			a.bursts[k] = &burst{left: 1, next: now.Add(a.opts.RefreshInterval)}
-		}
-		return
-	}
-	a.bursts[k] = &burst{left: a.opts.GratuitousCount, next: now, probe: probe}
-}
-
-func (a *Announcer) kickGARP() {
-	select {
-	case a.garpCh <- struct{}{}:
-	default:
-	}
-}
-
 func (a *Announcer) kickRescan() {
 	select {
 	case a.rescanCh <- struct{}{}:
@@ -596,150 +536,6 @@ func (a *Announcer) openResponder(l Link, wantARP, wantNDP bool) (*responder, er
 		r.ndp, r.group = c, g
 	}
 	return r, nil
-}
-
-// garpLoop sends the scheduled gratuitous announcements and the bounded
-// defensive ones until ctx ends.
-func (a *Announcer) garpLoop(ctx context.Context) {
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		next := a.sendDue()
-		wait := time.Hour
-		if !next.IsZero() {
-			wait = max(time.Until(next), 0)
-		}
-		timer.Reset(wait)
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		case <-a.garpCh:
-		case rc := <-a.recheckCh:
-			a.mu.Lock()
-			if _, pending := a.rechecks[rc.k]; !pending {
-				a.rechecks[rc.k] = rc.at
-			}
-			a.mu.Unlock()
-		case k := <-a.defendCh:
-			a.mu.Lock()
-			if r := a.responders[k.iface]; r != nil && r.owned.Load().has(k.ip) && a.bursts[k] == nil {
-				a.bursts[k] = &burst{left: 1, next: time.Now()}
-			}
-			a.mu.Unlock()
-		}
-	}
-}
-
-// sendDue sends every announcement that is due and returns when the next
-// one is (zero: none pending). It sends under the lock, so once
-// DeleteBalancer returns nothing more is sent for the IPs it removed; a send
-// is one non-blocking raw-socket write per frame.
-func (a *Announcer) sendDue() time.Time {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	now := time.Now()
-	var next time.Time
-	for k, at := range a.rechecks {
-		if at.After(now) {
-			if next.IsZero() || at.Before(next) {
-				next = at
-			}
-			continue
-		}
-		delete(a.rechecks, k)
-		if r := a.responders[k.iface]; r != nil && r.owned.Load().has(k.ip) {
-			if err := r.sendProbe(k.ip); err != nil {
-				a.log.Error(err, "sending conflict re-check probe failed", "interface", k.iface, "ip", k.ip.String())
-			}
-		}
-	}
-	for k, b := range a.bursts {
-		if b.next.After(now) {
-			if next.IsZero() || b.next.Before(next) {
-				next = b.next
-			}
-			continue
-		}
-		r := a.responders[k.iface]
-		if r == nil || !r.owned.Load().has(k.ip) {
-			delete(a.bursts, k)
-			continue
-		}
-		n, err := r.sendGratuitous(k.ip, b.probe)
-		if n > 0 {
-			a.metricsFor(k.ip).gratuitous.Add(float64(n))
-		}
-		if err != nil {
-			a.log.Error(err, "sending gratuitous announcement failed", "interface", k.iface, "ip", k.ip.String())
-		}
-		b.probe = false
-		b.left--
-		switch {
-		case b.left > 0:
-			b.next = now.Add(a.opts.GratuitousInterval)
-		case a.opts.RefreshInterval > 0:
-			b.left = 1
-			b.next = now.Add(a.opts.RefreshInterval)
-		default:
-			delete(a.bursts, k)
-			continue
-		}
-		if next.IsZero() || b.next.Before(next) {
-			next = b.next
-		}
-	}
-	return next
-}
-
-// onConflict is called by the read loops when another MAC claims an owned
-// IP. A claim must persist past ConflictGrace to be reported (see Options);
-// then it is reported at most once per IP per ConflictInterval, with at most
-// one defensive announcement in the same interval: never a fight in a loop.
-func (a *Announcer) onConflict(o *ownedIP, mac [6]byte, iface string) {
-	now := time.Now()
-	grace := a.opts.ConflictGrace
-	a.cmu.Lock()
-	if last, ok := a.lastConflict[o.addr]; ok && now.Sub(last) < a.opts.ConflictInterval {
-		a.cmu.Unlock()
-		return
-	}
-	if grace > 0 {
-		first, pending := a.firstSeen[o.addr]
-		if !pending || now.Sub(first) > 2*grace {
-			// A new sighting (or one long after the last, unconfirmed).
-			a.firstSeen[o.addr] = now
-			a.cmu.Unlock()
-			a.log.V(1).Info("another host claims an owned IP; re-checking after the grace period",
-				"ip", o.addr.String(), "otherMAC", net.HardwareAddr(mac[:]).String(), "interface", iface)
-			select {
-			case a.recheckCh <- recheck{burstKey{o.addr, iface}, now.Add(grace)}:
-			default:
-			}
-			return
-		}
-		if now.Sub(first) < grace {
-			a.cmu.Unlock()
-			return
-		}
-		delete(a.firstSeen, o.addr)
-	}
-	a.lastConflict[o.addr] = now
-	a.cmu.Unlock()
-
-	o.m.conflicts.Inc()
-	c := Conflict{IP: o.addr, MAC: net.HardwareAddr(slices.Clone(mac[:])), Interface: iface, Time: now}
-	a.log.Info("address conflict: another host claims an IP this node announces",
-		"ip", o.addr.String(), "otherMAC", c.MAC.String(), "interface", iface, "node", a.opts.NodeName)
-	select {
-	case a.conflicts <- c:
-	default:
-		a.log.Info("conflict report dropped: nobody is reading Conflicts()", "ip", o.addr.String())
-	}
-	select {
-	case a.defendCh <- burstKey{o.addr, iface}:
-	default:
-	}
 }
 
 // solicitedNodeGroup is the solicited-node multicast group of an IPv6
