@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +53,11 @@ type Options struct {
 	ConflictInterval time.Duration
 	// Registerer receives the metrics; nil registers nothing.
 	Registerer prometheus.Registerer
+	// OnLinksChanged, if set, is called from Run's goroutine after every
+	// interface rescan in which a link appeared, disappeared, or changed
+	// its Up, Carrier or Prefixes; Links then returns the new list. It must
+	// not block.
+	OnLinksChanged func()
 
 	// Links lists the node's interfaces (default: netlink). Test seam.
 	Links func() ([]Link, error)
@@ -117,6 +123,7 @@ type Announcer struct {
 
 	mu         sync.Mutex
 	started    bool
+	links      []Link // as last scanned, sorted by name
 	balancers  map[string]balancer
 	ips        map[netip.Addr]*ipState
 	refs       map[netip.Addr]map[string]struct{} // IP -> balancers using it
@@ -124,6 +131,8 @@ type Announcer struct {
 	responders map[string]*responder // by interface name
 	bursts     map[burstKey]*burst
 	rechecks   map[burstKey]time.Time // probes due after a conflict grace
+	proxies    map[string]proxy                   // see proxy.go
+	proxyRefs  map[netip.Addr]map[string]struct{} // IP -> proxy entries naming it
 
 	cmu          sync.Mutex
 	lastConflict map[netip.Addr]time.Time // last report, for the rate limit
@@ -163,6 +172,8 @@ func NewAnnouncer(log logr.Logger, opts Options) *Announcer {
 		responders:   map[string]*responder{},
 		bursts:       map[burstKey]*burst{},
 		rechecks:     map[burstKey]time.Time{},
+		proxies:      map[string]proxy{},
+		proxyRefs:    map[netip.Addr]map[string]struct{}{},
 		lastConflict: map[netip.Addr]time.Time{},
 		firstSeen:    map[netip.Addr]time.Time{},
 	}
@@ -219,6 +230,14 @@ func (a *Announcer) Interfaces() []string {
 	return out
 }
 
+// Links returns the interfaces as last scanned, sorted by name (nil before
+// Run's first scan).
+func (a *Announcer) Links() []Link {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.links)
+}
+
 // applyLocked updates the reverse index for balancer name moving from
 // oldIPs to newIPs, recomputes the state of the affected IPs only, and pushes
 // the changes to every responder. The cost is proportional to the change,
@@ -241,14 +260,10 @@ func (a *Announcer) applyLocked(name string, oldIPs, newIPs []netip.Addr) {
 	if len(affected) == 0 {
 		return
 	}
-	var lost []netip.Addr
 	for _, ip := range affected {
 		if len(a.refs[ip]) == 0 {
 			delete(a.refs, ip)
-			if a.ips[ip] != nil {
-				delete(a.ips, ip)
-				lost = append(lost, ip)
-			}
+			delete(a.ips, ip)
 			continue
 		}
 		st := &ipState{interfaces: map[string]bool{}}
@@ -268,17 +283,23 @@ func (a *Announcer) applyLocked(name string, oldIPs, newIPs []netip.Addr) {
 		}
 		a.ips[ip] = st
 	}
+	a.pushLocked(affected)
+}
+
+// pushLocked brings every responder in step for the affected IPs and forgets
+// the conflict history of those no longer answered at all.
+func (a *Announcer) pushLocked(affected []netip.Addr) {
 	for _, r := range a.responders {
 		a.updateResponderLocked(r, affected)
 	}
-	if len(lost) > 0 {
-		a.cmu.Lock()
-		for _, ip := range lost {
+	a.cmu.Lock()
+	for _, ip := range affected {
+		if a.ips[ip] == nil && a.proxyRefs[ip] == nil {
 			delete(a.lastConflict, ip)
 			delete(a.firstSeen, ip)
 		}
-		a.cmu.Unlock()
 	}
+	a.cmu.Unlock()
 	a.kickGARP()
 }
 
@@ -291,35 +312,48 @@ func (a *Announcer) metricsFor(ip netip.Addr) *ipMetrics {
 	return m
 }
 
-// updateResponderLocked brings r's owned set in step for the affected IPs
-// (nil: all, for a new responder): it schedules announcements for IPs r newly
-// owns, cancels them for IPs it lost, keeps solicited-node group memberships
-// in step, and swaps the new set in atomically.
+// updateResponderLocked brings r's set in step for the affected IPs (nil:
+// all, for a new responder): it schedules announcements for IPs r newly owns
+// (not for proxied ones), cancels them for IPs it lost or now only proxies,
+// keeps solicited-node group memberships in step, and swaps the new set in
+// atomically.
 func (a *Announcer) updateResponderLocked(r *responder, affected []netip.Addr) {
 	old := r.owned.Load()
 	if affected == nil {
 		for ip := range a.ips {
 			affected = append(affected, ip)
 		}
+		for ip := range a.proxyRefs {
+			if a.ips[ip] == nil {
+				affected = append(affected, ip)
+			}
+		}
 	}
 	var ed *setEditor
-	var added, removed []netip.Addr
+	var added, removed, announce, silenced []netip.Addr
 	for _, ip := range affected {
-		st := a.ips[ip]
-		want := st != nil && (st.all || st.interfaces[r.link.Name]) &&
-			((ip.Is4() && r.arp != nil) || (ip.Is6() && r.ndp != nil))
-		if want == old.has(ip) {
+		want, cur := a.entryLocked(r, ip), old.get(ip)
+		if sameEntry(cur, want) {
 			continue
 		}
 		if ed == nil {
 			ed = editSet(old)
 		}
-		if want {
-			ed.add(st.owned)
-			added = append(added, ip)
-		} else {
+		switch {
+		case want == nil:
 			ed.remove(ip)
 			removed = append(removed, ip)
+		case cur == nil:
+			ed.add(want)
+			added = append(added, ip)
+		default:
+			ed.add(want) // replaces: owned <-> proxied, or another proxied MAC
+		}
+		switch {
+		case want == nil || want.proxied:
+			silenced = append(silenced, ip)
+		case cur == nil || cur.proxied:
+			announce = append(announce, ip)
 		}
 	}
 	if ed == nil {
@@ -342,12 +376,14 @@ func (a *Announcer) updateResponderLocked(r *responder, affected []netip.Addr) {
 		r.updateKernelFilter()
 	}
 	now := time.Now()
-	for _, ip := range added {
+	for _, ip := range announce {
 		a.scheduleLocked(burstKey{ip, r.link.Name}, now, ip.Is4())
 	}
-	for _, ip := range removed {
+	for _, ip := range silenced {
 		delete(a.bursts, burstKey{ip, r.link.Name})
 		delete(a.rechecks, burstKey{ip, r.link.Name})
+	}
+	for _, ip := range removed {
 		if ip.Is6() {
 			a.leaveLocked(r, ip)
 		}
@@ -450,9 +486,21 @@ func (a *Announcer) rescan() {
 		}
 	}
 	a.localMACs.Store(&macs)
+	links = slices.Clone(links)
+	slices.SortFunc(links, func(x, y Link) int { return strings.Compare(x.Name, y.Name) })
 
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	changed := linksChanged(a.links, links)
+	a.links = links
+	a.syncRespondersLocked(links)
+	a.mu.Unlock()
+	if changed && a.opts.OnLinksChanged != nil {
+		a.opts.OnLinksChanged()
+	}
+}
+
+// syncRespondersLocked opens, replaces or closes responders to match links.
+func (a *Announcer) syncRespondersLocked(links []Link) {
 	present := map[string]bool{}
 	for _, l := range links {
 		present[l.Name] = true

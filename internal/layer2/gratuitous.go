@@ -76,7 +76,7 @@ func (a *Announcer) garpLoop(ctx context.Context) {
 			a.mu.Unlock()
 		case k := <-a.defendCh:
 			a.mu.Lock()
-			if r := a.responders[k.iface]; r != nil && r.owned.Load().has(k.ip) && a.bursts[k] == nil {
+			if r := a.responders[k.iface]; r != nil && r.owned.Load().owns(k.ip) && a.bursts[k] == nil {
 				a.bursts[k] = &burst{left: 1, next: time.Now()}
 			}
 			a.mu.Unlock()
@@ -101,7 +101,7 @@ func (a *Announcer) sendDue() time.Time {
 			continue
 		}
 		delete(a.rechecks, k)
-		if r := a.responders[k.iface]; r != nil && r.owned.Load().has(k.ip) {
+		if r := a.responders[k.iface]; r != nil && r.owned.Load().owns(k.ip) {
 			if err := r.sendProbe(k.ip); err != nil {
 				a.log.Error(err, "sending conflict re-check probe failed", "interface", k.iface, "ip", k.ip.String())
 			}
@@ -115,7 +115,7 @@ func (a *Announcer) sendDue() time.Time {
 			continue
 		}
 		r := a.responders[k.iface]
-		if r == nil || !r.owned.Load().has(k.ip) {
+		if r == nil || !r.owned.Load().owns(k.ip) {
 			delete(a.bursts, k)
 			continue
 		}
