@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +53,11 @@ type Options struct {
 	ConflictInterval time.Duration
 	// Registerer receives the metrics; nil registers nothing.
 	Registerer prometheus.Registerer
+	// OnLinksChanged, if set, is called from Run's goroutine after every
+	// interface rescan in which a link appeared, disappeared, or changed
+	// its Up, Carrier or Prefixes; Links then returns the new list. It must
+	// not block.
+	OnLinksChanged func()
 
 	// Links lists the node's interfaces (default: netlink). Test seam.
 	Links func() ([]Link, error)
@@ -102,16 +108,6 @@ func (o *Options) defaults() {
 	}
 }
 
-// Conflict is another host claiming an IP this node announces: an ARP frame
-// or Neighbor Advertisement for it from a MAC that is not ours. It is also
-// how a split brain between two speakers shows.
-type Conflict struct {
-	IP        netip.Addr
-	MAC       net.HardwareAddr // the other host's
-	Interface string           // where it was seen
-	Time      time.Time
-}
-
 // Announcer answers ARP and NDP for the IPs of the balancers it is given, on
 // every eligible interface (or the ones a balancer names).
 type Announcer struct {
@@ -127,6 +123,7 @@ type Announcer struct {
 
 	mu         sync.Mutex
 	started    bool
+	links      []Link // as last scanned, sorted by name
 	balancers  map[string]balancer
 	ips        map[netip.Addr]*ipState
 	refs       map[netip.Addr]map[string]struct{} // IP -> balancers using it
@@ -134,6 +131,8 @@ type Announcer struct {
 	responders map[string]*responder // by interface name
 	bursts     map[burstKey]*burst
 	rechecks   map[burstKey]time.Time // probes due after a conflict grace
+	proxies    map[string]proxy                   // see proxy.go
+	proxyRefs  map[netip.Addr]map[string]struct{} // IP -> proxy entries naming it
 
 	cmu          sync.Mutex
 	lastConflict map[netip.Addr]time.Time // last report, for the rate limit
@@ -151,23 +150,6 @@ type ipState struct {
 	all        bool
 	interfaces map[string]bool
 	owned      *ownedIP
-}
-
-type recheck struct {
-	k  burstKey
-	at time.Time
-}
-
-type burstKey struct {
-	ip    netip.Addr
-	iface string
-}
-
-// burst is the pending gratuitous announcements of one IP on one interface.
-type burst struct {
-	left  int // bursts still to send
-	next  time.Time
-	probe bool // send an RFC 5227 probe with the next burst
 }
 
 // NewAnnouncer returns an Announcer; nothing is sent before Run.
@@ -190,6 +172,8 @@ func NewAnnouncer(log logr.Logger, opts Options) *Announcer {
 		responders:   map[string]*responder{},
 		bursts:       map[burstKey]*burst{},
 		rechecks:     map[burstKey]time.Time{},
+		proxies:      map[string]proxy{},
+		proxyRefs:    map[netip.Addr]map[string]struct{}{},
 		lastConflict: map[netip.Addr]time.Time{},
 		firstSeen:    map[netip.Addr]time.Time{},
 	}
@@ -200,11 +184,6 @@ func NewAnnouncer(log logr.Logger, opts Options) *Announcer {
 	a.localMACs.Store(&empty)
 	return a
 }
-
-// Conflicts delivers address conflicts, at most one per IP per
-// ConflictInterval. The channel is buffered; reports are dropped (and
-// logged) when nobody reads.
-func (a *Announcer) Conflicts() <-chan Conflict { return a.conflicts }
 
 // SetBalancer sets the IPs balancer name owns on this node and the interfaces
 // to answer on (empty: all eligible). Newly owned IPs are announced at once
@@ -251,6 +230,14 @@ func (a *Announcer) Interfaces() []string {
 	return out
 }
 
+// Links returns the interfaces as last scanned, sorted by name (nil before
+// Run's first scan).
+func (a *Announcer) Links() []Link {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.links)
+}
+
 // applyLocked updates the reverse index for balancer name moving from
 // oldIPs to newIPs, recomputes the state of the affected IPs only, and pushes
 // the changes to every responder. The cost is proportional to the change,
@@ -273,14 +260,10 @@ func (a *Announcer) applyLocked(name string, oldIPs, newIPs []netip.Addr) {
 	if len(affected) == 0 {
 		return
 	}
-	var lost []netip.Addr
 	for _, ip := range affected {
 		if len(a.refs[ip]) == 0 {
 			delete(a.refs, ip)
-			if a.ips[ip] != nil {
-				delete(a.ips, ip)
-				lost = append(lost, ip)
-			}
+			delete(a.ips, ip)
 			continue
 		}
 		st := &ipState{interfaces: map[string]bool{}}
@@ -300,17 +283,23 @@ func (a *Announcer) applyLocked(name string, oldIPs, newIPs []netip.Addr) {
 		}
 		a.ips[ip] = st
 	}
+	a.pushLocked(affected)
+}
+
+// pushLocked brings every responder in step for the affected IPs and forgets
+// the conflict history of those no longer answered at all.
+func (a *Announcer) pushLocked(affected []netip.Addr) {
 	for _, r := range a.responders {
 		a.updateResponderLocked(r, affected)
 	}
-	if len(lost) > 0 {
-		a.cmu.Lock()
-		for _, ip := range lost {
+	a.cmu.Lock()
+	for _, ip := range affected {
+		if a.ips[ip] == nil && a.proxyRefs[ip] == nil {
 			delete(a.lastConflict, ip)
 			delete(a.firstSeen, ip)
 		}
-		a.cmu.Unlock()
 	}
+	a.cmu.Unlock()
 	a.kickGARP()
 }
 
@@ -323,35 +312,48 @@ func (a *Announcer) metricsFor(ip netip.Addr) *ipMetrics {
 	return m
 }
 
-// updateResponderLocked brings r's owned set in step for the affected IPs
-// (nil: all, for a new responder): it schedules announcements for IPs r newly
-// owns, cancels them for IPs it lost, keeps solicited-node group memberships
-// in step, and swaps the new set in atomically.
+// updateResponderLocked brings r's set in step for the affected IPs (nil:
+// all, for a new responder): it schedules announcements for IPs r newly owns
+// (not for proxied ones), cancels them for IPs it lost or now only proxies,
+// keeps solicited-node group memberships in step, and swaps the new set in
+// atomically.
 func (a *Announcer) updateResponderLocked(r *responder, affected []netip.Addr) {
 	old := r.owned.Load()
 	if affected == nil {
 		for ip := range a.ips {
 			affected = append(affected, ip)
 		}
+		for ip := range a.proxyRefs {
+			if a.ips[ip] == nil {
+				affected = append(affected, ip)
+			}
+		}
 	}
 	var ed *setEditor
-	var added, removed []netip.Addr
+	var added, removed, announce, silenced []netip.Addr
 	for _, ip := range affected {
-		st := a.ips[ip]
-		want := st != nil && (st.all || st.interfaces[r.link.Name]) &&
-			((ip.Is4() && r.arp != nil) || (ip.Is6() && r.ndp != nil))
-		if want == old.has(ip) {
+		want, cur := a.entryLocked(r, ip), old.get(ip)
+		if sameEntry(cur, want) {
 			continue
 		}
 		if ed == nil {
 			ed = editSet(old)
 		}
-		if want {
-			ed.add(st.owned)
-			added = append(added, ip)
-		} else {
+		switch {
+		case want == nil:
 			ed.remove(ip)
 			removed = append(removed, ip)
+		case cur == nil:
+			ed.add(want)
+			added = append(added, ip)
+		default:
+			ed.add(want) // replaces: owned <-> proxied, or another proxied MAC
+		}
+		switch {
+		case want == nil || want.proxied:
+			silenced = append(silenced, ip)
+		case cur == nil || cur.proxied:
+			announce = append(announce, ip)
 		}
 	}
 	if ed == nil {
@@ -374,12 +376,14 @@ func (a *Announcer) updateResponderLocked(r *responder, affected []netip.Addr) {
 		r.updateKernelFilter()
 	}
 	now := time.Now()
-	for _, ip := range added {
+	for _, ip := range announce {
 		a.scheduleLocked(burstKey{ip, r.link.Name}, now, ip.Is4())
 	}
-	for _, ip := range removed {
+	for _, ip := range silenced {
 		delete(a.bursts, burstKey{ip, r.link.Name})
 		delete(a.rechecks, burstKey{ip, r.link.Name})
+	}
+	for _, ip := range removed {
 		if ip.Is6() {
 			a.leaveLocked(r, ip)
 		}
@@ -407,34 +411,6 @@ func (a *Announcer) leaveLocked(r *responder, ip netip.Addr) {
 		if err := r.group.LeaveGroup(g); err != nil {
 			a.log.Error(err, "leaving solicited-node multicast group failed", "interface", r.link.Name, "ip", ip.String(), "group", g.String())
 		}
-	}
-}
-
-// scheduleLocked queues the takeover announcements of one IP on one
-// interface, the first due at once.
-//
-// The RFC 5227 probe goes out with the first burst instead of delaying the
-// claim by a probe wait (RFC 5227 waits 1-2 s plus 3 probes): on a failover
-// the previous owner is usually dead and cannot answer, so waiting would only
-// add its full length to every failover, the number ironlb is judged on. A
-// live holder answers the probe (or announces itself) within a round trip,
-// and the passive watch, which runs for as long as the IP is owned, reports
-// that as a Conflict if it persists past ConflictGrace; the takeover is then
-// bounded to one defensive announcement per ConflictInterval, never a loop.
-func (a *Announcer) scheduleLocked(k burstKey, now time.Time, probe bool) {
-	if a.opts.GratuitousCount < 0 {
-		if a.opts.RefreshInterval > 0 {
-			a.bursts[k] = &burst{left: 1, next: now.Add(a.opts.RefreshInterval)}
-		}
-		return
-	}
-	a.bursts[k] = &burst{left: a.opts.GratuitousCount, next: now, probe: probe}
-}
-
-func (a *Announcer) kickGARP() {
-	select {
-	case a.garpCh <- struct{}{}:
-	default:
 	}
 }
 
@@ -510,9 +486,21 @@ func (a *Announcer) rescan() {
 		}
 	}
 	a.localMACs.Store(&macs)
+	links = slices.Clone(links)
+	slices.SortFunc(links, func(x, y Link) int { return strings.Compare(x.Name, y.Name) })
 
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	changed := linksChanged(a.links, links)
+	a.links = links
+	a.syncRespondersLocked(links)
+	a.mu.Unlock()
+	if changed && a.opts.OnLinksChanged != nil {
+		a.opts.OnLinksChanged()
+	}
+}
+
+// syncRespondersLocked opens, replaces or closes responders to match links.
+func (a *Announcer) syncRespondersLocked(links []Link) {
 	present := map[string]bool{}
 	for _, l := range links {
 		present[l.Name] = true
@@ -596,150 +584,6 @@ func (a *Announcer) openResponder(l Link, wantARP, wantNDP bool) (*responder, er
 		r.ndp, r.group = c, g
 	}
 	return r, nil
-}
-
-// garpLoop sends the scheduled gratuitous announcements and the bounded
-// defensive ones until ctx ends.
-func (a *Announcer) garpLoop(ctx context.Context) {
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		next := a.sendDue()
-		wait := time.Hour
-		if !next.IsZero() {
-			wait = max(time.Until(next), 0)
-		}
-		timer.Reset(wait)
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		case <-a.garpCh:
-		case rc := <-a.recheckCh:
-			a.mu.Lock()
-			if _, pending := a.rechecks[rc.k]; !pending {
-				a.rechecks[rc.k] = rc.at
-			}
-			a.mu.Unlock()
-		case k := <-a.defendCh:
-			a.mu.Lock()
-			if r := a.responders[k.iface]; r != nil && r.owned.Load().has(k.ip) && a.bursts[k] == nil {
-				a.bursts[k] = &burst{left: 1, next: time.Now()}
-			}
-			a.mu.Unlock()
-		}
-	}
-}
-
-// sendDue sends every announcement that is due and returns when the next
-// one is (zero: none pending). It sends under the lock, so once
-// DeleteBalancer returns nothing more is sent for the IPs it removed; a send
-// is one non-blocking raw-socket write per frame.
-func (a *Announcer) sendDue() time.Time {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	now := time.Now()
-	var next time.Time
-	for k, at := range a.rechecks {
-		if at.After(now) {
-			if next.IsZero() || at.Before(next) {
-				next = at
-			}
-			continue
-		}
-		delete(a.rechecks, k)
-		if r := a.responders[k.iface]; r != nil && r.owned.Load().has(k.ip) {
-			if err := r.sendProbe(k.ip); err != nil {
-				a.log.Error(err, "sending conflict re-check probe failed", "interface", k.iface, "ip", k.ip.String())
-			}
-		}
-	}
-	for k, b := range a.bursts {
-		if b.next.After(now) {
-			if next.IsZero() || b.next.Before(next) {
-				next = b.next
-			}
-			continue
-		}
-		r := a.responders[k.iface]
-		if r == nil || !r.owned.Load().has(k.ip) {
-			delete(a.bursts, k)
-			continue
-		}
-		n, err := r.sendGratuitous(k.ip, b.probe)
-		if n > 0 {
-			a.metricsFor(k.ip).gratuitous.Add(float64(n))
-		}
-		if err != nil {
-			a.log.Error(err, "sending gratuitous announcement failed", "interface", k.iface, "ip", k.ip.String())
-		}
-		b.probe = false
-		b.left--
-		switch {
-		case b.left > 0:
-			b.next = now.Add(a.opts.GratuitousInterval)
-		case a.opts.RefreshInterval > 0:
-			b.left = 1
-			b.next = now.Add(a.opts.RefreshInterval)
-		default:
-			delete(a.bursts, k)
-			continue
-		}
-		if next.IsZero() || b.next.Before(next) {
-			next = b.next
-		}
-	}
-	return next
-}
-
-// onConflict is called by the read loops when another MAC claims an owned
-// IP. A claim must persist past ConflictGrace to be reported (see Options);
-// then it is reported at most once per IP per ConflictInterval, with at most
-// one defensive announcement in the same interval: never a fight in a loop.
-func (a *Announcer) onConflict(o *ownedIP, mac [6]byte, iface string) {
-	now := time.Now()
-	grace := a.opts.ConflictGrace
-	a.cmu.Lock()
-	if last, ok := a.lastConflict[o.addr]; ok && now.Sub(last) < a.opts.ConflictInterval {
-		a.cmu.Unlock()
-		return
-	}
-	if grace > 0 {
-		first, pending := a.firstSeen[o.addr]
-		if !pending || now.Sub(first) > 2*grace {
-			// A new sighting (or one long after the last, unconfirmed).
-			a.firstSeen[o.addr] = now
-			a.cmu.Unlock()
-			a.log.V(1).Info("another host claims an owned IP; re-checking after the grace period",
-				"ip", o.addr.String(), "otherMAC", net.HardwareAddr(mac[:]).String(), "interface", iface)
-			select {
-			case a.recheckCh <- recheck{burstKey{o.addr, iface}, now.Add(grace)}:
-			default:
-			}
-			return
-		}
-		if now.Sub(first) < grace {
-			a.cmu.Unlock()
-			return
-		}
-		delete(a.firstSeen, o.addr)
-	}
-	a.lastConflict[o.addr] = now
-	a.cmu.Unlock()
-
-	o.m.conflicts.Inc()
-	c := Conflict{IP: o.addr, MAC: net.HardwareAddr(slices.Clone(mac[:])), Interface: iface, Time: now}
-	a.log.Info("address conflict: another host claims an IP this node announces",
-		"ip", o.addr.String(), "otherMAC", c.MAC.String(), "interface", iface, "node", a.opts.NodeName)
-	select {
-	case a.conflicts <- c:
-	default:
-		a.log.Info("conflict report dropped: nobody is reading Conflicts()", "ip", o.addr.String())
-	}
-	select {
-	case a.defendCh <- burstKey{o.addr, iface}:
-	default:
-	}
 }
 
 // solicitedNodeGroup is the solicited-node multicast group of an IPv6

@@ -289,7 +289,7 @@ func TestInterfaceChanges(t *testing.T) {
 
 func TestARPReplyMatchesLibrary(t *testing.T) {
 	mac := [6]byte(mustMAC(eth0MAC))
-	got := appendARPReply(make([]byte, minFrameLen), mac, v4key(vip1), [6]byte(clientMAC), v4key(clientIP))
+	got := appendARPReply(make([]byte, minFrameLen), mac, mac, v4key(vip1), [6]byte(clientMAC), v4key(clientIP))
 	want, err := arpFrameBytes(arp.OperationReply, net.HardwareAddr(mac[:]), vip1, clientMAC, clientIP, clientMAC)
 	if err != nil {
 		t.Fatal(err)

@@ -51,17 +51,37 @@ func arpFilter() ([]bpf.RawInstruction, error) {
 // ICMPv6 with hop limit 255 and type Neighbor Solicitation or Advertisement:
 // the only IPv6 traffic the responder looks at.
 func ndpFilter() ([]bpf.RawInstruction, error) {
+	return icmpv6Filter("NDP", icmpTypeNS, icmpTypeNA)
+}
+
+// naFilter accepts only incoming Neighbor Advertisements: what the Prober
+// waits for.
+func naFilter() ([]bpf.RawInstruction, error) {
+	return icmpv6Filter("NA", icmpTypeNA, icmpTypeNA)
+}
+
+func icmpv6Filter(what string, type1, type2 uint32) ([]bpf.RawInstruction, error) {
 	prog := prologue()
 	prog = require(prog, bpf.LoadAbsolute{Off: 12, Size: 2}, etherTypeIPv6)
 	prog = require(prog, bpf.LoadAbsolute{Off: ethHeaderLen + 6, Size: 2}, protoICMPv6<<8|ndpHopLimit) // next header, hop limit
 	prog = append(prog,
 		bpf.LoadAbsolute{Off: ethHeaderLen + ipv6HeaderLen, Size: 1}, // ICMPv6 type
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: icmpTypeNS, SkipTrue: 2},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: icmpTypeNA, SkipTrue: 1},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: type1, SkipTrue: 2},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: type2, SkipTrue: 1},
 		bpf.RetConstant{Val: 0},
 		bpf.RetConstant{Val: 1 << 16},
 	)
-	return assemble("NDP", prog)
+	return assemble(what, prog)
+}
+
+// probeAnswerFilter accepts only incoming ARP replies to RFC 5227 probes
+// (target IP 0.0.0.0): what the Prober waits for. Ordinary ARP traffic on
+// the segment never wakes it.
+func probeAnswerFilter() ([]bpf.RawInstruction, error) {
+	prog := arpHeader(prologue())
+	prog = require(prog, bpf.LoadAbsolute{Off: 20, Size: 2}, arpOpReply)
+	prog = require(prog, bpf.LoadAbsolute{Off: 38, Size: 4}, 0) // target IP
+	return assemble("ARP probe answer", append(prog, bpf.RetConstant{Val: 64}))
 }
 
 func assemble(what string, prog []bpf.Instruction) ([]bpf.RawInstruction, error) {

@@ -70,21 +70,37 @@ func parseARP(b []byte, f *arpFrame) bool {
 
 // appendARPReply writes into buf (at least minFrameLen bytes) the ARP reply
 // that tells the requester (reqMAC, reqIP) that ip is at mac, addressed
-// unicast to the requester's hardware address, the same frame
-// mdlayher/arp's Client.Reply sends. It returns the frame.
-func appendARPReply(buf []byte, mac [6]byte, ip uint32, reqMAC [6]byte, reqIP uint32) []byte {
+// unicast to the requester's hardware address from ethSrc. With ethSrc ==
+// mac it is the same frame mdlayher/arp's Client.Reply sends; a proxy answer
+// has our MAC as ethSrc, so switches keep learning the proxied MAC from its
+// own port. It returns the frame.
+func appendARPReply(buf []byte, ethSrc, mac [6]byte, ip uint32, reqMAC [6]byte, reqIP uint32) []byte {
+	return appendARP(buf, arpOpReply, reqMAC, ethSrc, mac, ip, reqMAC, reqIP)
+}
+
+// appendARPProbe writes into buf (at least minFrameLen bytes) an RFC 5227
+// probe for ip from mac to ethDst (broadcast, or a MAC already known for
+// ip): a request with sender IP 0.0.0.0, which the holder of ip answers
+// without touching its neighbour table, and target hardware address zero.
+func appendARPProbe(buf []byte, mac, ethDst [6]byte, ip uint32) []byte {
+	return appendARP(buf, arpOpRequest, ethDst, mac, mac, 0, [6]byte{}, ip)
+}
+
+// appendARP writes an Ethernet/IPv4 ARP frame into buf (at least
+// minFrameLen bytes, zero-padded) without allocating and returns it.
+func appendARP(buf []byte, op uint16, ethDst, ethSrc, sha [6]byte, spa uint32, tha [6]byte, tpa uint32) []byte {
 	b := buf[:minFrameLen]
-	copy(b[0:6], reqMAC[:])
-	copy(b[6:12], mac[:])
+	copy(b[0:6], ethDst[:])
+	copy(b[6:12], ethSrc[:])
 	binary.BigEndian.PutUint16(b[12:14], etherTypeARP)
 	binary.BigEndian.PutUint16(b[14:16], 1)
 	binary.BigEndian.PutUint16(b[16:18], 0x0800)
 	b[18], b[19] = 6, 4
-	binary.BigEndian.PutUint16(b[20:22], arpOpReply)
-	copy(b[22:28], mac[:])
-	binary.BigEndian.PutUint32(b[28:32], ip)
-	copy(b[32:38], reqMAC[:])
-	binary.BigEndian.PutUint32(b[38:42], reqIP)
+	binary.BigEndian.PutUint16(b[20:22], op)
+	copy(b[22:28], sha[:])
+	binary.BigEndian.PutUint32(b[28:32], spa)
+	copy(b[32:38], tha[:])
+	binary.BigEndian.PutUint32(b[38:42], tpa)
 	clear(b[42:])
 	return b
 }
@@ -124,7 +140,10 @@ func gratuitousARP(mac net.HardwareAddr, ip netip.Addr) ([][]byte, error) {
 // IP 0.0.0.0, so it does not pollute other hosts' caches, which any current
 // holder of ip answers.
 func arpProbe(mac net.HardwareAddr, ip netip.Addr) ([]byte, error) {
-	return arpFrameBytes(arp.OperationRequest, mac, netip.IPv4Unspecified(), make(net.HardwareAddr, 6), ip, ethernet.Broadcast)
+	if len(mac) != 6 || !ip.Is4() {
+		return nil, fmt.Errorf("building ARP probe for %s from %s: need an IPv4 address and a 6-byte MAC", ip, mac)
+	}
+	return appendARPProbe(make([]byte, minFrameLen), [6]byte(mac), broadcastMAC, v4key(ip)), nil
 }
 
 // ndpFrame is the part of an Ethernet/IPv6/ICMPv6 Neighbor Solicitation or
@@ -203,9 +222,9 @@ func multicastMAC(ip netip.Addr) [6]byte {
 	return [6]byte{0x33, 0x33, a[12], a[13], a[14], a[15]}
 }
 
-// buildNA returns an Ethernet frame carrying a Neighbor Advertisement for
-// target with our MAC in the target link-layer address option, from srcIP
-// to dstIP / dstMAC. Callers source it from the target address itself, as the
+// buildNA returns an Ethernet frame from ethSrc carrying a Neighbor
+// Advertisement for target with lla in the target link-layer address option
+// (our MAC, or a proxied host's), from srcIP to dstIP / dstMAC. Callers source it from the target address itself, as the
 // Linux kernel does for its own addresses: some clients (ndisc6) only accept
 // an advertisement whose source is the target. The ICMPv6 body and checksum
 // come from mdlayher/ndp; the IPv6 and Ethernet headers are written here
@@ -213,12 +232,12 @@ func multicastMAC(ip netip.Addr) [6]byte {
 // solicitation came in on (the kernel does not own the target address, so
 // its IPv6 stack would neither receive unicast solicitations nor resolve the
 // requester for us).
-func buildNA(mac net.HardwareAddr, srcIP, dstIP netip.Addr, dstMAC [6]byte, target netip.Addr, solicited, override bool) ([]byte, error) {
-	return buildNDP(mac, srcIP, dstIP, dstMAC, &ndp.NeighborAdvertisement{
+func buildNA(ethSrc net.HardwareAddr, lla [6]byte, srcIP, dstIP netip.Addr, dstMAC [6]byte, target netip.Addr, solicited, override bool) ([]byte, error) {
+	return buildNDP(ethSrc, srcIP, dstIP, dstMAC, &ndp.NeighborAdvertisement{
 		Solicited:     solicited,
 		Override:      override,
 		TargetAddress: target,
-		Options:       []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Target, Addr: mac}},
+		Options:       []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Target, Addr: net.HardwareAddr(lla[:])}},
 	})
 }
 
@@ -229,6 +248,17 @@ func buildNA(mac net.HardwareAddr, srcIP, dstIP netip.Addr, dstMAC [6]byte, targ
 func buildDADProbe(mac net.HardwareAddr, target netip.Addr) ([]byte, error) {
 	g := solicitedNodeGroup(target)
 	return buildNDP(mac, netip.IPv6Unspecified(), g, multicastMAC(g), &ndp.NeighborSolicitation{TargetAddress: target})
+}
+
+// buildNS returns a Neighbor Solicitation for target from srcIP (a
+// link-local address of this interface) with our MAC as source link-layer
+// address option, to dstIP / dstMAC: the solicited-node group of target, or
+// target itself unicast to its known MAC.
+func buildNS(mac net.HardwareAddr, srcIP, dstIP netip.Addr, dstMAC [6]byte, target netip.Addr) ([]byte, error) {
+	return buildNDP(mac, srcIP, dstIP, dstMAC, &ndp.NeighborSolicitation{
+		TargetAddress: target,
+		Options:       []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Source, Addr: mac}},
+	})
 }
 
 // buildNDP wraps an NDP message in IPv6 (hop limit 255) and Ethernet.

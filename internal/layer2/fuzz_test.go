@@ -52,7 +52,7 @@ func ndpSeeds(t testing.TB) [][]byte {
 		TargetAddress: vip6, Options: []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Source, Addr: clientMAC}},
 	})
 	nud := ipv6Frame(t, clientMAC, mustMAC(eth0MAC), client6G, vip6, &ndp.NeighborSolicitation{TargetAddress: vip6})
-	na, err := buildNA(otherMAC, netip.MustParseAddr("fe80::99"), ipv6AllNodes, multicastMAC(ipv6AllNodes), vip6, false, true)
+	na, err := buildNA(otherMAC, [6]byte(otherMAC), netip.MustParseAddr("fe80::99"), ipv6AllNodes, multicastMAC(ipv6AllNodes), vip6, false, true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,12 +6,14 @@ import (
 	"net"
 	"net/netip"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/mdlayher/ndp"
 	"github.com/mdlayher/packet"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/net/bpf"
 	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
 )
@@ -22,12 +24,24 @@ type Link struct {
 	Index     int
 	MAC       net.HardwareAddr
 	Up        bool // administratively up (IFF_UP)
+	Carrier   bool // IFF_LOWER_UP or operational state up: frames can flow
 	Broadcast bool // IFF_BROADCAST: ARP is possible
 	NoARP     bool // IFF_NOARP
 	Slave     bool // enslaved to a bridge, bond or VRF: the master answers
 	// LinkLocal is a usable (not tentative, not failed DAD) IPv6 link-local
 	// address: the interface does IPv6, so it gets an NDP responder; invalid if none.
 	LinkLocal netip.Addr
+	// Prefixes are the interface's global and unique-local addresses (IPv4
+	// and IPv6, not tentative, not failed DAD) with their prefix length,
+	// sorted: the on-link networks, which the Prober matches targets
+	// against.
+	Prefixes []netip.Prefix
+}
+
+// sameState reports whether two scans of a link agree on what the
+// OnLinksChanged callers care about: Up, Carrier and Prefixes.
+func (l Link) sameState(o Link) bool {
+	return l.Up == o.Up && l.Carrier == o.Carrier && slices.Equal(l.Prefixes, o.Prefixes)
 }
 
 // DefaultExcludeInterfaces is MetalLB's default list of interface name
@@ -77,41 +91,67 @@ func eligibility(l Link, exclude []*regexp.Regexp) (arp, nd bool, reason string)
 	return arp, nd, ""
 }
 
-// netlinkLinks lists links and their usable IPv6 link-local addresses.
+// netlinkLinks lists links with their usable IPv6 link-local address and
+// their global addresses.
 func netlinkLinks() ([]Link, error) {
 	links, err := netlink.LinkList()
 	if err != nil {
 		return nil, fmt.Errorf("listing links: %w", err)
 	}
-	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V6)
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
 	if err != nil {
-		return nil, fmt.Errorf("listing IPv6 addresses: %w", err)
+		return nil, fmt.Errorf("listing addresses: %w", err)
 	}
 	ll := map[int]netip.Addr{}
+	prefixes := map[int][]netip.Prefix{}
 	for _, a := range addrs {
 		ip, ok := netip.AddrFromSlice(a.IP)
-		if !ok || !ip.IsLinkLocalUnicast() || a.Flags&(unix.IFA_F_TENTATIVE|unix.IFA_F_DADFAILED) != 0 {
+		if !ok || a.IPNet == nil || a.Flags&(unix.IFA_F_TENTATIVE|unix.IFA_F_DADFAILED) != 0 {
 			continue
 		}
-		if _, seen := ll[a.LinkIndex]; !seen {
-			ll[a.LinkIndex] = ip
+		ip = ip.Unmap()
+		switch {
+		case ip.Is6() && ip.IsLinkLocalUnicast():
+			if _, seen := ll[a.LinkIndex]; !seen {
+				ll[a.LinkIndex] = ip
+			}
+		case ip.IsGlobalUnicast():
+			ones, _ := a.Mask.Size()
+			prefixes[a.LinkIndex] = append(prefixes[a.LinkIndex], netip.PrefixFrom(ip, ones))
 		}
 	}
 	out := make([]Link, 0, len(links))
 	for _, l := range links {
 		at := l.Attrs()
+		p := prefixes[at.Index]
+		slices.SortFunc(p, comparePrefixes)
 		out = append(out, Link{
 			Name:      at.Name,
 			Index:     at.Index,
 			MAC:       at.HardwareAddr,
 			Up:        at.Flags&net.FlagUp != 0,
+			Carrier:   at.RawFlags&unix.IFF_LOWER_UP != 0 || at.OperState == netlink.OperUp,
 			Broadcast: at.Flags&net.FlagBroadcast != 0,
 			NoARP:     at.RawFlags&unix.IFF_NOARP != 0,
 			Slave:     at.MasterIndex != 0,
 			LinkLocal: ll[at.Index],
+			Prefixes:  p,
 		})
 	}
 	return out, nil
+}
+
+// linksChanged reports whether two scans (sorted by name) differ in the set
+// of links or in any link's Up, Carrier or Prefixes.
+func linksChanged(old, cur []Link) bool {
+	return !slices.EqualFunc(old, cur, func(a, b Link) bool { return a.Name == b.Name && a.sameState(b) })
+}
+
+func comparePrefixes(a, b netip.Prefix) int {
+	if c := a.Addr().Compare(b.Addr()); c != 0 {
+		return c
+	}
+	return a.Bits() - b.Bits()
 }
 
 func (l Link) netInterface() *net.Interface {
@@ -121,13 +161,19 @@ func (l Link) netInterface() *net.Interface {
 // listenARP opens the AF_PACKET socket an ARP responder reads: ARP only,
 // filtered in the kernel, outgoing frames ignored.
 func listenARP(l Link) (net.PacketConn, error) {
-	filter, err := arpFilter()
+	return listenFiltered(l, etherTypeARP, arpFilter)
+}
+
+// listenFiltered opens an AF_PACKET socket for one EtherType on l with a
+// kernel socket filter, ignoring the frames this host sends.
+func listenFiltered(l Link, etherType uint16, filter func() ([]bpf.RawInstruction, error)) (net.PacketConn, error) {
+	prog, err := filter()
 	if err != nil {
 		return nil, err
 	}
-	c, err := packet.Listen(l.netInterface(), packet.Raw, etherTypeARP, &packet.Config{Filter: filter})
+	c, err := packet.Listen(l.netInterface(), packet.Raw, int(etherType), &packet.Config{Filter: prog})
 	if err != nil {
-		return nil, fmt.Errorf("opening ARP socket on %s: %w", l.Name, err)
+		return nil, fmt.Errorf("opening packet socket for EtherType %#04x on %s: %w", etherType, l.Name, err)
 	}
 	ignoreOutgoing(c)
 	return c, nil
@@ -139,15 +185,10 @@ func listenARP(l Link) (net.PacketConn, error) {
 // the join is what programs the NIC's multicast filter. That socket is set to
 // receive nothing, so it never queues data.
 func listenNDP(l Link) (net.PacketConn, MulticastGroups, error) {
-	filter, err := ndpFilter()
+	c, err := listenFiltered(l, etherTypeIPv6, ndpFilter)
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := packet.Listen(l.netInterface(), packet.Raw, etherTypeIPv6, &packet.Config{Filter: filter})
-	if err != nil {
-		return nil, nil, fmt.Errorf("opening IPv6 packet socket on %s: %w", l.Name, err)
-	}
-	ignoreOutgoing(c)
 	ifi, err := net.InterfaceByIndex(l.Index)
 	if err != nil {
 		_ = c.Close()

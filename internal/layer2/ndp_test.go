@@ -156,7 +156,7 @@ func TestNDPConflict(t *testing.T) {
 }
 
 func TestBuildNAMatchesLibrary(t *testing.T) {
-	b, err := buildNA(mustMAC(eth0MAC), vip6, client6, [6]byte(clientMAC), vip6, true, false)
+	b, err := buildNA(mustMAC(eth0MAC), [6]byte(mustMAC(eth0MAC)), vip6, client6, [6]byte(clientMAC), vip6, true, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,10 +15,25 @@ import (
 	"golang.org/x/net/bpf"
 )
 
-// ownedIP is one IP a responder answers for.
+// ownedIP is one IP a responder answers for. An owned one is shared by
+// every responder; a proxied one (see SetProxy) is per responder, since the
+// MAC it answers with is per interface.
 type ownedIP struct {
 	addr netip.Addr
 	m    *ipMetrics
+	// proxied: answered on behalf of the host at mac (the ARP sender / NA
+	// target link-layer address), never announced or probed for.
+	proxied bool
+	mac     [6]byte
+}
+
+// sameEntry reports whether a responder answering with cur needs no change
+// to answer as want does (either may be nil: not answered).
+func sameEntry(cur, want *ownedIP) bool {
+	if cur == nil || want == nil {
+		return cur == want
+	}
+	return cur == want || (cur.proxied && want.proxied && cur.mac == want.mac)
 }
 
 // ownedSet is the immutable set of IPs one responder answers for. The
@@ -41,14 +56,23 @@ func newOwnedSet() *ownedSet { return &ownedSet{} }
 func (s *ownedSet) get4(k uint32) *ownedIP   { return s.v4[k&(ownedShards-1)][k] }
 func (s *ownedSet) get6(k [16]byte) *ownedIP { return s.v6[k[15]][k] }
 
-func (s *ownedSet) has(ip netip.Addr) bool {
-	if s == nil {
-		return false
+// get returns ip's entry, nil if not answered (or s is nil).
+func (s *ownedSet) get(ip netip.Addr) *ownedIP {
+	switch {
+	case s == nil:
+		return nil
+	case ip.Is4():
+		return s.get4(v4key(ip))
+	default:
+		return s.get6(ip.As16())
 	}
-	if ip.Is4() {
-		return s.get4(v4key(ip)) != nil
-	}
-	return s.get6(ip.As16()) != nil
+}
+
+// owns reports whether ip is owned, not merely proxied: only owned IPs are
+// announced, probed for and defended.
+func (s *ownedSet) owns(ip netip.Addr) bool {
+	o := s.get(ip)
+	return o != nil && !o.proxied
 }
 
 // setEditor derives a new ownedSet from an old one, copying each shard it
@@ -236,18 +260,24 @@ func (r *responder) close() {
 	r.wg.Wait()
 }
 
-// serve reads frames until the conn is closed. A read error other than
-// closing (the interface going down gives ENETDOWN once) is logged and the
-// loop pauses briefly so a persistent error cannot spin.
+// serve reads frames until the conn is closed.
 func (r *responder) serve(c net.PacketConn, handle func([]byte)) {
+	readFrames(r.log, c, &r.closed, handle)
+}
+
+// readFrames reads frames from c into one buffer and hands each to handle,
+// until c is closed (or closed is set). A read error other than closing (the
+// interface going down gives ENETDOWN once) is logged and the loop pauses
+// briefly so a persistent error cannot spin.
+func readFrames(log logr.Logger, c net.PacketConn, closed *atomic.Bool, handle func([]byte)) {
 	buf := make([]byte, 1600)
 	for {
 		n, _, err := c.ReadFrom(buf)
 		if err != nil {
-			if r.closed.Load() || errors.Is(err, net.ErrClosed) {
+			if closed.Load() || errors.Is(err, net.ErrClosed) {
 				return
 			}
-			r.log.V(1).Info("read failed", "error", err.Error())
+			log.V(1).Info("read failed", "error", err.Error())
 			time.Sleep(100 * time.Millisecond)
 			continue
 		}
@@ -277,7 +307,7 @@ func (r *responder) handleARP(b []byte, f *arpFrame, out []byte, dst *packet.Add
 	}
 	// Any ARP frame (reply, gratuitous request, plain request) whose sender
 	// is an owned IP with a foreign MAC means someone else uses that IP.
-	if o := set.get4(f.spa); o != nil && f.sha != r.mac && !r.isLocal(f.sha) {
+	if o := set.get4(f.spa); o != nil && r.foreign(o, f.sha) {
 		r.conflict(o, f.sha, r.link.Name)
 	}
 	if f.op != arpOpRequest {
@@ -292,11 +322,15 @@ func (r *responder) handleARP(b []byte, f *arpFrame, out []byte, dst *packet.Add
 	if f.spa == f.tpa || f.sha == r.mac {
 		return
 	}
+	// The host a proxied IP is answered for knows its own addresses.
+	if o.proxied && f.sha == o.mac {
+		return
+	}
 	if f.ethDst != broadcastMAC && f.ethDst != r.mac {
 		return
 	}
 	o.m.requests.Inc()
-	frame := appendARPReply(out, r.mac, f.tpa, f.sha, f.spa)
+	frame := appendARPReply(out, r.mac, r.answerMAC(o), f.tpa, f.sha, f.spa)
 	copy(dst.HardwareAddr, f.sha[:])
 	if _, err := r.arp.WriteTo(frame, dst); err != nil {
 		r.log.Error(err, "sending ARP reply failed", "ip", o.addr.String())
@@ -334,12 +368,12 @@ func (r *responder) handleNDP(b []byte, f *ndpFrame) {
 		if f.hasLLA {
 			mac = f.lla
 		}
-		if mac != r.mac && !r.isLocal(mac) {
+		if r.foreign(o, mac) {
 			r.conflict(o, mac, r.link.Name)
 		}
 		return
 	}
-	if f.ethSrc == r.mac {
+	if f.ethSrc == r.mac || (o.proxied && (f.ethSrc == o.mac || (f.hasLLA && f.lla == o.mac))) {
 		return
 	}
 	dstIP := netip.AddrFrom16(f.dst)
@@ -349,6 +383,7 @@ func (r *responder) handleNDP(b []byte, f *ndpFrame) {
 	if f.ethDst != r.mac && f.ethDst[0]&1 == 0 {
 		return
 	}
+	lla := r.answerMAC(o)
 	src := netip.AddrFrom16(f.src)
 	o.m.requests.Inc()
 	var (
@@ -357,14 +392,15 @@ func (r *responder) handleNDP(b []byte, f *ndpFrame) {
 	)
 	if src.IsUnspecified() {
 		// Duplicate address detection by another host: RFC 4861 7.2.4 says
-		// answer to all-nodes, not solicited. This defends the address.
-		frame, err = buildNA(r.link.MAC, o.addr, ipv6AllNodes, multicastMAC(ipv6AllNodes), o.addr, false, true)
+		// answer to all-nodes, not solicited. This defends the address;
+		// a proxy answer never overrides (the host itself may be answering).
+		frame, err = buildNA(r.link.MAC, lla, o.addr, ipv6AllNodes, multicastMAC(ipv6AllNodes), o.addr, false, !o.proxied)
 	} else {
 		dstMAC := f.ethSrc
 		if f.hasLLA {
 			dstMAC = f.lla
 		}
-		frame, err = buildNA(r.link.MAC, o.addr, src, dstMAC, o.addr, true, solicitedOverride)
+		frame, err = buildNA(r.link.MAC, lla, o.addr, src, dstMAC, o.addr, true, solicitedOverride)
 	}
 	if err == nil {
 		_, err = r.ndp.WriteTo(frame, &packet.Addr{HardwareAddr: net.HardwareAddr(frame[0:6])})
@@ -374,6 +410,22 @@ func (r *responder) handleNDP(b []byte, f *ndpFrame) {
 		return
 	}
 	o.m.responses.Inc()
+}
+
+// answerMAC is the MAC an answer for o carries in its payload: ours, or the
+// proxied host's.
+func (r *responder) answerMAC(o *ownedIP) [6]byte {
+	if o.proxied {
+		return o.mac
+	}
+	return r.mac
+}
+
+// foreign reports whether a frame claiming o from mac is another host's
+// claim: not from this node, and for a proxied IP not from the host it is
+// answered for.
+func (r *responder) foreign(o *ownedIP, mac [6]byte) bool {
+	return mac != r.mac && !r.isLocal(mac) && !(o.proxied && mac == o.mac)
 }
 
 // solicitedOverride is the Override flag of solicited advertisements. It is
@@ -444,7 +496,7 @@ func (r *responder) sendGratuitous(ip netip.Addr, probe bool) (int, error) {
 	if r.ndp == nil {
 		return 0, nil
 	}
-	b, err := buildNA(r.link.MAC, ip, ipv6AllNodes, multicastMAC(ipv6AllNodes), ip, false, true)
+	b, err := buildNA(r.link.MAC, r.mac, ip, ipv6AllNodes, multicastMAC(ipv6AllNodes), ip, false, true)
 	if err != nil {
 		return 0, err
 	}
