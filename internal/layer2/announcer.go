@@ -130,7 +130,7 @@ type Announcer struct {
 	ipMetrics  map[netip.Addr]*ipMetrics
 	responders map[string]*responder // by interface name
 	bursts     map[burstKey]*burst
-	rechecks   map[burstKey]time.Time // probes due after a conflict grace
+	rechecks   map[burstKey]time.Time             // probes due after a conflict grace
 	proxies    map[string]proxy                   // see proxy.go
 	proxyRefs  map[netip.Addr]map[string]struct{} // IP -> proxy entries naming it
 

@@ -251,7 +251,7 @@ func TestProberIPv6(t *testing.T) {
 	g := solicitedNodeGroup(host6)
 	mm := multicastMAC(g)
 	checkNS(w.next(t), net.HardwareAddr(mm[:]), g)
-	w.send(t, na(hostMAC2, vip6, true, hostMAC2))  // another target
+	w.send(t, na(hostMAC2, vip6, true, hostMAC2))   // another target
 	w.send(t, na(hostMAC2, host6, false, hostMAC2)) // unsolicited
 	w.send(t, na(hostMAC, host6, true, hostMAC))
 	if r := result(t, ch); !r.Reachable || r.MAC.String() != hostMAC.String() || r.Interface != "eth0" {
