@@ -206,7 +206,7 @@ func TestConflictDetection(t *testing.T) {
 	}
 	w.send(t, foreign)
 	c := nextConflict(t, n.a)
-	if c.IP != vip1 || c.MAC.String() != otherMAC.String() || c.Interface != "eth0" || c.Time.IsZero() {
+	if c.IP != vip1 || c.MAC.String() != otherMAC.String() || c.Interface != "eth0" || c.Time.IsZero() || c.Proxied {
 		t.Fatalf("conflict %+v, want %s at %s on eth0", c, vip1, otherMAC)
 	}
 	// One defensive announcement, no more (bounded, no fight).
