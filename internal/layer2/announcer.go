@@ -231,7 +231,8 @@ func (a *Announcer) Interfaces() []string {
 }
 
 // Links returns the interfaces as last scanned, sorted by name (nil before
-// Run's first scan).
+// Run's first scan). The MAC and Prefixes slices are shared: do not modify
+// them.
 func (a *Announcer) Links() []Link {
 	a.mu.Lock()
 	defer a.mu.Unlock()
