@@ -130,7 +130,7 @@ type Announcer struct {
 	ipMetrics  map[netip.Addr]*ipMetrics
 	responders map[string]*responder // by interface name
 	bursts     map[burstKey]*burst
-	rechecks   map[burstKey]time.Time // probes due after a conflict grace
+	rechecks   map[burstKey]time.Time             // probes due after a conflict grace
 	proxies    map[string]proxy                   // see proxy.go
 	proxyRefs  map[netip.Addr]map[string]struct{} // IP -> proxy entries naming it
 
@@ -231,7 +231,8 @@ func (a *Announcer) Interfaces() []string {
 }
 
 // Links returns the interfaces as last scanned, sorted by name (nil before
-// Run's first scan).
+// Run's first scan). The MAC and Prefixes slices are shared: do not modify
+// them.
 func (a *Announcer) Links() []Link {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -1,12 +1,15 @@
 package layer2
 
 import (
+	"context"
 	"net"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/mdlayher/ethernet"
+	"github.com/mdlayher/ndp"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -90,5 +93,84 @@ func BenchmarkSetBalancer(b *testing.B) {
 	for b.Loop() {
 		a.SetBalancer("x", []netip.Addr{vip1}, nil)
 		a.DeleteBalancer("x")
+	}
+}
+
+// BenchmarkARPProxied is BenchmarkARPOwned for an IP answered on another
+// host's behalf (SetProxy): the same path, with the proxied MAC in the
+// payload.
+func BenchmarkARPProxied(b *testing.B) {
+	r := benchResponder()
+	set := r.owned.Load()
+	ed := editSet(set)
+	ed.add(&ownedIP{addr: vip1, m: set.get(vip1).m, proxied: true, mac: [6]byte(xMAC)})
+	r.owned.Store(ed.s)
+	h := r.serveARPFrame()
+	f := arpRequest(&testing.T{}, vip1, ethernet.Broadcast)
+	b.ReportAllocs()
+	for b.Loop() {
+		h(f)
+	}
+}
+
+// BenchmarkProberReply is the Prober's cost per answer handled: parse,
+// match the answering IP among 100 probed addresses, learn its MAC, wake the
+// waiting call (which the benchmark then drains).
+func BenchmarkProberReply(b *testing.B) {
+	for _, family := range []string{"ARP", "NDP"} {
+		b.Run(family, func(b *testing.B) {
+			l := probeLink("eth0", 2, eth0MAC)
+			pi := &probeIface{log: logr.Discard(), link: l, mac: [6]byte(l.MAC), targets: map[netip.Addr]*probeTarget{}}
+			w := &probeWaiter{ch: make(chan probeAnswer, 1)}
+			for i := range 100 {
+				pi.register(netip.AddrFrom4([4]byte{192, 0, 2, byte(100 + i)}), w)
+				pi.register(netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 15: byte(100 + i)}), w)
+			}
+			addr4, addr6 := netip.AddrFrom4([4]byte{192, 0, 2, 150}), netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 15: 150})
+			probe, _ := arpProbe(mustMAC(eth0MAC), addr4)
+			h, frame := pi.handleARP(), arpProbeAnswer(probe, hostMAC, addr4)
+			if family == "NDP" {
+				h = pi.handleNDP()
+				frame = ipv6Frame(b, hostMAC, mustMAC(eth0MAC), addr6, netip.MustParseAddr(ll0), &ndp.NeighborAdvertisement{
+					Solicited: true, TargetAddress: addr6, Options: []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Target, Addr: hostMAC}},
+				})
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				h(frame)
+				<-w.ch
+			}
+		})
+	}
+}
+
+// BenchmarkProberProbe is one whole answered Probe call over an in-memory
+// link, with a goroutine playing the host's kernel: link lookup (cached),
+// waiter registration, the probe write, the answer's read and delivery.
+func BenchmarkProberProbe(b *testing.B) {
+	ours, theirs := memPipe()
+	p := NewProber(logr.Discard(), ProberOptions{
+		Interval:  10 * time.Second,
+		Links:     func() ([]Link, error) { return []Link{probeLink("eth0", 2, eth0MAC)}, nil },
+		ListenARP: func(Link) (net.PacketConn, error) { return ours, nil },
+	})
+	defer func() { _ = p.Close() }()
+	go func() {
+		for {
+			select {
+			case f := <-theirs.in:
+				_, _ = theirs.WriteTo(arpProbeAnswer(f, hostMAC, hostIP), nil)
+			case <-theirs.closed:
+				return
+			}
+		}
+	}()
+	defer func() { _ = theirs.Close() }()
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if r := p.Probe(ctx, hostIP); !r.Reachable {
+			b.Fatalf("%+v", r)
+		}
 	}
 }

@@ -15,6 +15,9 @@ type Conflict struct {
 	MAC       net.HardwareAddr // the other host's
 	Interface string           // where it was seen
 	Time      time.Time
+	// Proxied: the IP is one this node answers for on another host's behalf
+	// (SetProxy), not one it owns; such claims are not defended.
+	Proxied bool
 }
 
 // Conflicts delivers address conflicts, at most one per IP per
@@ -58,9 +61,9 @@ func (a *Announcer) onConflict(o *ownedIP, mac [6]byte, iface string) {
 	a.cmu.Unlock()
 
 	o.m.conflicts.Inc()
-	c := Conflict{IP: o.addr, MAC: net.HardwareAddr(slices.Clone(mac[:])), Interface: iface, Time: now}
+	c := Conflict{IP: o.addr, MAC: net.HardwareAddr(slices.Clone(mac[:])), Interface: iface, Time: now, Proxied: o.proxied}
 	a.log.Info("address conflict: another host claims an IP this node announces",
-		"ip", o.addr.String(), "otherMAC", c.MAC.String(), "interface", iface, "node", a.opts.NodeName)
+		"ip", o.addr.String(), "otherMAC", c.MAC.String(), "interface", iface, "node", a.opts.NodeName, "proxied", o.proxied)
 	select {
 	case a.conflicts <- c:
 	default:

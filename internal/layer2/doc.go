@@ -10,6 +10,17 @@
 // returns. Frames from another MAC claiming an owned IP are reported as
 // conflicts.
 //
+// An Announcer also answers, never announces, the IPs of another host on its
+// behalf (SetProxy): the replies carry that host's MAC in the ARP or NDP
+// payload and this node's MAC as Ethernet source, so switches keep learning
+// each MAC from its own port. A Prober tells whether another host's kernel
+// still answers for its own address on the segment (RFC 5227 ARP probes,
+// Neighbor Solicitations), to decide whether that host can still carry
+// traffic. File layout: announcer.go keeps the owned set and the
+// responders' lifecycle, gratuitous.go the announcement scheduler,
+// conflict.go the conflict policy, proxy.go the proxy entries, responder.go
+// the per-frame policy, prober.go the Prober.
+//
 // The package never adds addresses to interfaces and never touches routing:
 // traffic to the IPs is handled by kube-proxy.
 package layer2

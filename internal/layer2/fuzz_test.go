@@ -80,6 +80,7 @@ func TestWriteFuzzSeeds(t *testing.T) {
 	write("FuzzHandleARP", arpSeeds(t))
 	write("FuzzParseNDP", ndpSeeds(t))
 	write("FuzzHandleNDP", ndpSeeds(t))
+	write("FuzzProbeAnswer", probeAnswerSeeds(t))
 }
 
 // FuzzParseARP checks the fast-path parser against mdlayher/arp: whatever we
@@ -179,29 +180,48 @@ func fuzzResponder(rc *recordConn) *responder {
 	return r
 }
 
+// proxyResponder is fuzzResponder answering vip1 and vip6 for xMAC.
+func proxyResponder(rc *recordConn) *responder {
+	r := fuzzResponder(rc)
+	ed := editSet(r.owned.Load())
+	for _, ip := range []netip.Addr{vip1, vip6} {
+		ed.add(&ownedIP{addr: ip, m: r.owned.Load().get(ip).m, proxied: true, mac: [6]byte(xMAC)})
+	}
+	r.owned.Store(ed.s)
+	return r
+}
+
 // FuzzHandleARP runs the whole ARP policy on arbitrary frames: it never
 // panics, and it only ever sends a reply for vip1 to a request for vip1.
 func FuzzHandleARP(f *testing.F) {
 	for _, s := range arpSeeds(f) {
 		f.Add(s)
 	}
-	rc := &recordConn{}
-	r := fuzzResponder(rc)
-	h := r.serveARPFrame()
-	f.Fuzz(func(t *testing.T, b []byte) {
-		rc.writes = rc.writes[:0]
-		h(b)
-		if len(rc.writes) == 0 {
+	rc, prc := &recordConn{}, &recordConn{}
+	r, pr := fuzzResponder(rc), proxyResponder(prc)
+	h, ph := r.serveARPFrame(), pr.serveARPFrame()
+	// check: at most one reply, only to a request for vip1 (not from the
+	// proxied host), from our MAC, with sender hardware address sha.
+	check := func(t *testing.T, b []byte, writes [][]byte, sha [6]byte) {
+		if len(writes) == 0 {
 			return
 		}
 		var fr arpFrame
-		if !parseARP(b, &fr) || fr.op != arpOpRequest || fr.tpa != v4key(vip1) {
+		if !parseARP(b, &fr) || fr.op != arpOpRequest || fr.tpa != v4key(vip1) || fr.sha == [6]byte(xMAC) && sha == [6]byte(xMAC) {
 			t.Fatalf("replied to a frame that is not a request for %s: % x", vip1, b)
 		}
 		var rep arpFrame
-		if len(rc.writes) != 1 || !parseARP(rc.writes[0], &rep) || rep.op != arpOpReply || rep.spa != v4key(vip1) || rep.sha != r.mac {
-			t.Fatalf("bad reply % x", rc.writes)
+		if len(writes) != 1 || !parseARP(writes[0], &rep) || rep.op != arpOpReply || rep.spa != v4key(vip1) || rep.sha != sha ||
+			[6]byte(writes[0][6:12]) != r.mac {
+			t.Fatalf("bad reply % x", writes)
 		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rc.writes, prc.writes = rc.writes[:0], prc.writes[:0]
+		h(b)
+		check(t, b, rc.writes, r.mac)
+		ph(b)
+		check(t, b, prc.writes, [6]byte(xMAC))
 	})
 }
 
@@ -211,17 +231,71 @@ func FuzzHandleNDP(f *testing.F) {
 	for _, s := range ndpSeeds(f) {
 		f.Add(s)
 	}
-	rc := &recordConn{}
-	r := fuzzResponder(rc)
-	h := r.serveNDPFrame()
+	rc, prc := &recordConn{}, &recordConn{}
+	r, pr := fuzzResponder(rc), proxyResponder(prc)
+	h, ph := r.serveNDPFrame(), pr.serveNDPFrame()
 	f.Fuzz(func(t *testing.T, b []byte) {
-		rc.writes = rc.writes[:0]
+		rc.writes, prc.writes = rc.writes[:0], prc.writes[:0]
 		h(b)
+		ph(b)
 		for _, w := range rc.writes {
 			var fr ndpFrame
 			if !parseNDP(w, &fr) || fr.typ != icmpTypeNA || netip.AddrFrom16(fr.target) != vip6 || !fr.hasLLA || fr.lla != r.mac {
 				t.Fatalf("sent something other than an advertisement for %s: % x", vip6, w)
 			}
 		}
+		// Proxy answers: our Ethernet source, the proxied MAC in the
+		// option, never the Override or Router flag.
+		for _, w := range prc.writes {
+			var fr ndpFrame
+			if !parseNDP(w, &fr) || fr.typ != icmpTypeNA || netip.AddrFrom16(fr.target) != vip6 || !fr.hasLLA ||
+				fr.lla != [6]byte(xMAC) || fr.ethSrc != r.mac || fr.flags&0xa0 != 0 {
+				t.Fatalf("sent something other than a proxy advertisement for %s: % x", vip6, w)
+			}
+		}
 	})
+}
+
+// FuzzProbeAnswer runs the Prober's answer handlers on arbitrary frames
+// while probes for vip1 and vip6 wait: an answer is delivered only for an
+// ARP reply to a probe (target IP 0.0.0.0) from vip1, or a solicited
+// advertisement for vip6 to our link-local address and MAC.
+func FuzzProbeAnswer(f *testing.F) {
+	for _, s := range probeAnswerSeeds(f) {
+		f.Add(s)
+	}
+	l := probeLink("eth0", 2, eth0MAC)
+	pi := &probeIface{log: logr.Discard(), link: l, mac: [6]byte(l.MAC), targets: map[netip.Addr]*probeTarget{}}
+	w := &probeWaiter{ch: make(chan probeAnswer, 1)}
+	pi.register(vip1, w)
+	pi.register(vip6, w)
+	ha, hn := pi.handleARP(), pi.handleNDP()
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ha(b)
+		hn(b)
+		select {
+		case a := <-w.ch:
+			var af arpFrame
+			var nf ndpFrame
+			okARP := parseARP(b, &af) && af.op == arpOpReply && af.tpa == 0 && af.spa == v4key(vip1) && af.sha == a.mac
+			okNDP := parseNDP(b, &nf) && nf.typ == icmpTypeNA && nf.flags&naFlagSolicited != 0 && netip.AddrFrom16(nf.target) == vip6 &&
+				nf.ethDst == pi.mac && nf.dst == l.LinkLocal.As16()
+			if !okARP && !okNDP {
+				t.Fatalf("answer %+v delivered for % x", a, b)
+			}
+		default:
+		}
+	})
+}
+
+func probeAnswerSeeds(t testing.TB) [][]byte {
+	probe, err := arpProbe(mustMAC(eth0MAC), vip1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer := arpProbeAnswer(probe, hostMAC, vip1)
+	na := ipv6Frame(t, hostMAC, mustMAC(eth0MAC), vip6, netip.MustParseAddr(ll0), &ndp.NeighborAdvertisement{
+		Solicited: true, TargetAddress: vip6, Options: []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Target, Addr: hostMAC}},
+	})
+	return append(append(arpSeeds(t), ndpSeeds(t)...), answer, na, answer[:41], na[:70])
 }

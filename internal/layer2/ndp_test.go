@@ -189,7 +189,7 @@ func TestNDPConflictGraceRecheck(t *testing.T) {
 		t.Fatalf("want a DAD probe for %s to %s, got %T %+v from %s to %s/%s hop %d", vip6, g, m, m, src, dst, dstMAC, hop)
 	}
 	w.send(t, na) // the holder defends: reported
-	if c := nextConflict(t, n.a); c.IP != vip6 || c.MAC.String() != otherMAC.String() {
+	if c := defendUntilReported(t, n.a, w, na); c.IP != vip6 || c.MAC.String() != otherMAC.String() {
 		t.Fatalf("conflict %+v", c)
 	}
 }

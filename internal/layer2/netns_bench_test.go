@@ -3,15 +3,18 @@
 package layer2
 
 import (
+	"context"
 	"encoding/binary"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/mdlayher/packet"
 	"golang.org/x/sys/unix"
 )
@@ -223,4 +226,87 @@ func benchFlood(b *testing.B, env ...string) {
 	b.ReportMetric(float64(probes), "vip-probes")
 	b.ReportMetric(float64(percentile(lat, 50).Nanoseconds())/1e3, "vip-p50-us")
 	b.ReportMetric(float64(percentile(lat, 99).Nanoseconds())/1e3, "vip-p99-us")
+}
+
+// BenchmarkNetnsProberCPU probes a live namespace's kernel from the lab's A
+// namespace at 20 probes per second per target, for a dual-stack node (its
+// IPv4 and IPv6 address: 40 probes/s) during 10 s, and reports the CPU of
+// the test process (the prober, plus whatever softirq work the kernel
+// charges to it: an upper bound) in percent of one core, the answered
+// fraction and the answer RTT. It runs once whatever b.N is; run with
+// -benchtime 1x.
+func BenchmarkNetnsProberCPU(b *testing.B) {
+	l := newLab(b)
+	var links []Link
+	var err error
+	inNetns(b, l.nsA, func() { links, err = netlinkLinks() })
+	if err != nil {
+		b.Fatal(err)
+	}
+	inA := func(listen func(Link) (net.PacketConn, error)) func(Link) (net.PacketConn, error) {
+		return func(k Link) (c net.PacketConn, err error) {
+			inNetns(b, l.nsA, func() { c, err = listen(k) })
+			return c, err
+		}
+	}
+	p := NewProber(logr.Discard(), ProberOptions{
+		Links:     func() ([]Link, error) { return links, nil },
+		ListenARP: inA(listenProbeARP),
+		ListenNDP: inA(listenProbeNDP),
+	})
+	defer func() { _ = p.Close() }()
+	targets := []netip.Addr{l.ip4C, netip.MustParseAddr("fd00:251::2")}
+	ctx := context.Background()
+	// Open the sockets and learn the MACs; the target's IPv6 addresses are
+	// usable only once its link has carrier, which the kernel signals
+	// asynchronously.
+	for _, t := range targets {
+		deadline := time.Now().Add(10 * time.Second)
+		for r := p.Probe(ctx, t); !r.Reachable; r = p.Probe(ctx, t) {
+			if time.Now().After(deadline) {
+				b.Fatalf("warm-up: %+v", r)
+			}
+		}
+	}
+	const (
+		interval = 50 * time.Millisecond // 20 probes/s per target
+		duration = 10 * time.Second
+	)
+	for b.Loop() {
+		var (
+			mu       sync.Mutex
+			rtts     []time.Duration
+			sent     int
+			wg       sync.WaitGroup
+			start    = time.Now()
+			cpuStart = procCPU(b, os.Getpid())
+		)
+		for _, t := range targets {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				tick := time.NewTicker(interval)
+				defer tick.Stop()
+				for time.Since(start) < duration {
+					r := p.Probe(ctx, t)
+					mu.Lock()
+					sent++
+					if r.Reachable {
+						rtts = append(rtts, r.RTT)
+					}
+					mu.Unlock()
+					<-tick.C
+				}
+			}()
+		}
+		wg.Wait()
+		elapsed, cpu := time.Since(start), procCPU(b, os.Getpid())-cpuStart
+		slices.Sort(rtts)
+		us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+		b.ReportMetric(100*cpu.Seconds()/elapsed.Seconds(), "process-cpu-%")
+		b.ReportMetric(float64(sent)/elapsed.Seconds(), "probes/s")
+		b.ReportMetric(float64(len(rtts))/float64(sent), "answered")
+		b.ReportMetric(us(percentile(rtts, 50)), "rtt-p50-us")
+		b.ReportMetric(us(percentile(rtts, 99)), "rtt-p99-us")
+	}
 }

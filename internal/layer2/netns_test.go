@@ -48,9 +48,11 @@ func TestMain(m *testing.M) {
 }
 
 // announcerHelper runs an Announcer with real sockets in the current network
-// namespace. stdin commands: "set NAME IP[,IP...]", "del NAME", "ifaces";
-// stdout: "ok", "ifaces NAME...", "conflict IP MAC IFACE". It exits on
-// stdin EOF or SIGTERM.
+// namespace, and a Prober once asked to probe. stdin commands: "set NAME
+// IP[,IP...]", "del NAME", "proxy NAME IP[,IP...] IFACE=MAC[,IFACE=MAC...]",
+// "unproxy NAME", "probe IP", "ifaces"; stdout: "ok", "ifaces NAME...",
+// "probe IP reachable IFACE MAC" or "probe IP unreachable REASON",
+// "conflict IP MAC IFACE". It exits on stdin EOF or SIGTERM.
 func announcerHelper() int {
 	verbose := os.Getenv("ILB_L2_VERBOSE") == "1"
 	log := funcr.New(func(prefix, args string) {
@@ -86,18 +88,50 @@ func announcerHelper() int {
 			say("conflict %s %s %s", c.IP, c.MAC, c.Interface)
 		}
 	}()
+	var prober *Prober
+	defer func() {
+		if prober != nil {
+			_ = prober.Close()
+		}
+	}()
+	ips := func(s string) []netip.Addr {
+		var out []netip.Addr
+		for _, ip := range strings.Split(s, ",") {
+			out = append(out, netip.MustParseAddr(ip))
+		}
+		return out
+	}
 	go func() {
 		defer cancel()
 		sc := bufio.NewScanner(os.Stdin)
 		for sc.Scan() {
 			f := strings.Fields(sc.Text())
 			switch {
-			case len(f) == 3 && f[0] == "set":
-				var ips []netip.Addr
-				for _, s := range strings.Split(f[2], ",") {
-					ips = append(ips, netip.MustParseAddr(s))
+			case len(f) == 4 && f[0] == "proxy":
+				macs := map[string]net.HardwareAddr{}
+				for _, kv := range strings.Split(f[3], ",") {
+					iface, mac, _ := strings.Cut(kv, "=")
+					macs[iface] = mustMAC(mac)
 				}
-				a.SetBalancer(f[1], ips, nil)
+				a.SetProxy(f[1], ips(f[2]), macs)
+				say("ok")
+			case len(f) == 2 && f[0] == "unproxy":
+				a.DeleteProxy(f[1])
+				say("ok")
+			case len(f) == 2 && f[0] == "probe":
+				if prober == nil {
+					// A wide window: the verdict must not depend on how
+					// fast a loaded test machine schedules the target.
+					prober = NewProber(log, ProberOptions{Interval: 300 * time.Millisecond})
+				}
+				r := prober.Probe(ctx, netip.MustParseAddr(f[1]))
+				if r.Reachable {
+					say("probe %s reachable %s %s", r.Addr, r.Interface, r.MAC)
+				} else {
+					say("probe %s unreachable %s", r.Addr, r.Reason)
+				}
+			case len(f) == 3 && f[0] == "set":
+				a.SetBalancer(f[1], ips(f[2]), nil)
 				say("ok")
 			case len(f) == 2 && f[0] == "del":
 				a.DeleteBalancer(f[1])
@@ -138,10 +172,12 @@ func run(t testing.TB, args ...string) string {
 func newLab(t testing.TB) *lab {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to create network namespaces and raw sockets (CI runs as root)")
+		skipOrFail(t, "needs root to create network namespaces and raw sockets (CI runs as root)")
 	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs iproute2's ip command")
+	for _, tool := range []string{"ip", "bridge"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			skipOrFail(t, "needs iproute2's "+tool+" command")
+		}
 	}
 	var rb [3]byte
 	_, _ = rand.Read(rb[:])
@@ -154,18 +190,8 @@ func newLab(t testing.TB) *lab {
 		ip4A: netip.MustParseAddr("10.251.0.1"), ip4C: netip.MustParseAddr("10.251.0.2"),
 		vip4: netip.MustParseAddr("10.251.0.100"), vip6: netip.MustParseAddr("fd00:251::100"),
 	}
-	t.Cleanup(func() {
-		// Deleting a namespace deletes the veth end inside it, and its peer.
-		for _, ns := range []string{l.nsA, l.nsC} {
-			_ = exec.Command("ip", "netns", "del", ns).Run()
-		}
-	})
-	for _, ns := range []string{l.nsA, l.nsC} {
-		run(t, "ip", "netns", "add", ns)
-		// No DAD: link-local and test addresses are usable at once.
-		run(t, "ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0")
-		run(t, "ip", "-n", ns, "link", "set", "lo", "up")
-	}
+	addNetns(t, l.nsA)
+	addNetns(t, l.nsC)
 	run(t, "ip", "link", "add", l.ifA, "netns", l.nsA, "address", l.macA.String(), "type", "veth",
 		"peer", "name", l.ifC, "netns", l.nsC, "address", l.macC.String())
 	run(t, "ip", "-n", l.nsA, "addr", "add", l.ip4A.String()+"/24", "dev", l.ifA)
@@ -175,6 +201,65 @@ func newLab(t testing.TB) *lab {
 	run(t, "ip", "-n", l.nsA, "link", "set", l.ifA, "up")
 	run(t, "ip", "-n", l.nsC, "link", "set", l.ifC, "up")
 	return l
+}
+
+// skipOrFail skips a test whose prerequisite is missing, except in CI
+// (CI=true), where that is a failure: the tests must run there.
+func skipOrFail(t testing.TB, why string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s; CI=true, so this is a failure, not a skip", why)
+	}
+	t.Skip(why)
+}
+
+// addNetns creates namespace ns, deleted at cleanup (which deletes the veth
+// ends inside it, and their peers).
+func addNetns(t testing.TB, ns string) {
+	t.Helper()
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	run(t, "ip", "netns", "add", ns)
+	// No DAD: link-local and test addresses are usable at once.
+	run(t, "ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0")
+	run(t, "ip", "-n", ns, "link", "set", "lo", "up")
+}
+
+// bridgeHost is a namespace with one interface plugged into a bridge port.
+type bridgeHost struct {
+	ns, ifname string
+	mac        net.HardwareAddr
+	addrs      []string // with prefix length
+	noIPv6     bool     // IPv6 disabled: the host sends nothing unasked
+	port       string   // set by bridge
+}
+
+// bridge replaces the lab's veth pair by a bridge in a switch namespace and
+// plugs each host in (creating its namespace unless it is the lab's A or
+// C). It returns the switch namespace and the bridge's name.
+func (l *lab) bridge(t *testing.T, hosts []*bridgeHost) (sw, br string) {
+	t.Helper()
+	sw, br = "ilb-l2t-"+l.id+"-s", "ilbbr"+l.id
+	addNetns(t, sw)
+	run(t, "ip", "-n", sw, "link", "add", br, "type", "bridge")
+	run(t, "ip", "-n", sw, "link", "set", br, "up")
+	run(t, "ip", "-n", l.nsA, "link", "del", l.ifA) // and its peer in C
+	for i, h := range hosts {
+		if h.ns != l.nsA && h.ns != l.nsC {
+			addNetns(t, h.ns)
+		}
+		if h.noIPv6 {
+			run(t, "ip", "netns", "exec", h.ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
+		}
+		h.port = fmt.Sprintf("ilbp%s%d", l.id, i)
+		run(t, "ip", "link", "add", h.ifname, "netns", h.ns, "address", h.mac.String(), "type", "veth", "peer", "name", h.port, "netns", sw)
+		run(t, "ip", "-n", sw, "link", "set", h.port, "master", br)
+		run(t, "ip", "-n", sw, "link", "set", h.port, "up")
+		for _, a := range h.addrs {
+			run(t, "ip", "-n", h.ns, "addr", "add", a, "dev", h.ifname)
+		}
+		run(t, "ip", "-n", h.ns, "link", "set", h.ifname, "up")
+	}
+	return sw, br
 }
 
 // helper is a running announcer process.
@@ -319,9 +404,15 @@ func inNetns(t testing.TB, ns string, fn func()) {
 // clientConn opens a raw ARP socket on the client's interface.
 func (l *lab) clientConn(t testing.TB) *packet.Conn {
 	t.Helper()
+	return clientConnOn(t, l.nsC, l.ifC)
+}
+
+// clientConnOn opens a raw ARP socket on interface ifname in namespace ns.
+func clientConnOn(t testing.TB, ns, ifname string) *packet.Conn {
+	t.Helper()
 	var c *packet.Conn
-	inNetns(t, l.nsC, func() {
-		ifi, err := net.InterfaceByName(l.ifC)
+	inNetns(t, ns, func() {
+		ifi, err := net.InterfaceByName(ifname)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -429,14 +520,7 @@ func TestNetnsARPAndGratuitous(t *testing.T) {
 		run(t, "ip", "-n", l.nsC, "-6", "neigh", "flush", "dev", l.ifC)
 		// A UDP datagram to the VIP makes the client kernel resolve it
 		// itself (nothing receives the datagram, which is fine).
-		inNetns(t, l.nsC, func() {
-			c, err := net.Dial("udp6", net.JoinHostPort(l.vip6.String(), "9"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = c.Close() }()
-			_, _ = c.Write([]byte("x"))
-		})
+		sendUDP(t, l.nsC, l.vip6)
 		waitNeigh(t, l, "-6", l.vip6, l.macA)
 		// Force a unicast NUD probe: the entry must become REACHABLE again.
 		run(t, "ip", "-n", l.nsC, "-6", "neigh", "change", l.vip6.String(), "dev", l.ifC, "nud", "probe")
@@ -586,38 +670,13 @@ func TestNetnsKernelARPFindings(t *testing.T) {
 // neighbour entry at once, and both owning the IP (split brain) is reported
 // by both.
 func TestNetnsHandoverAndSplitBrain(t *testing.T) {
-	l := newLab(t) // only for the root check and the id; its veth is unused
-	sw, nsB := "ilb-l2t-"+l.id+"-s", "ilb-l2t-"+l.id+"-b"
-	br := "ilbbr" + l.id
-	t.Cleanup(func() {
-		for _, ns := range []string{sw, nsB} {
-			_ = exec.Command("ip", "netns", "del", ns).Run()
-		}
-	})
-	run(t, "ip", "netns", "add", sw)
-	run(t, "ip", "netns", "add", nsB)
-	run(t, "ip", "-n", sw, "link", "add", br, "type", "bridge")
-	run(t, "ip", "-n", sw, "link", "set", br, "up")
-	// Move A's and C's existing veth peers off each other: new pairs to the
-	// bridge for A, B and C.
-	run(t, "ip", "-n", l.nsA, "link", "del", l.ifA)
-	hosts := []struct {
-		ns, ifname string
-		mac        net.HardwareAddr
-		ip         string
-	}{
-		{l.nsA, "ilbl2" + l.id + "x", mustMAC("02:1b:00:00:01:0a"), "10.251.0.1/24"},
-		{nsB, "ilbl2" + l.id + "y", mustMAC("02:1b:00:00:01:0b"), "10.251.0.3/24"},
-		{l.nsC, "ilbl2" + l.id + "z", mustMAC("02:1b:00:00:01:0c"), "10.251.0.2/24"},
+	l := newLab(t) // only for the namespaces A and C and the id; its veth is unused
+	hosts := []*bridgeHost{
+		{ns: l.nsA, ifname: "ilbl2" + l.id + "x", mac: mustMAC("02:1b:00:00:01:0a"), addrs: []string{"10.251.0.1/24"}},
+		{ns: "ilb-l2t-" + l.id + "-b", ifname: "ilbl2" + l.id + "y", mac: mustMAC("02:1b:00:00:01:0b"), addrs: []string{"10.251.0.3/24"}},
+		{ns: l.nsC, ifname: "ilbl2" + l.id + "z", mac: mustMAC("02:1b:00:00:01:0c"), addrs: []string{"10.251.0.2/24"}},
 	}
-	for i, h := range hosts {
-		port := fmt.Sprintf("ilbp%s%d", l.id, i)
-		run(t, "ip", "link", "add", h.ifname, "netns", h.ns, "address", h.mac.String(), "type", "veth", "peer", "name", port, "netns", sw)
-		run(t, "ip", "-n", sw, "link", "set", port, "master", br)
-		run(t, "ip", "-n", sw, "link", "set", port, "up")
-		run(t, "ip", "-n", h.ns, "addr", "add", h.ip, "dev", h.ifname)
-		run(t, "ip", "-n", h.ns, "link", "set", h.ifname, "up")
-	}
+	l.bridge(t, hosts)
 	a := startAnnouncerIn(t, hosts[0].ns, hosts[0].ifname, "ILB_L2_GARP_INTERVAL=200ms")
 	b := startAnnouncerIn(t, hosts[1].ns, hosts[1].ifname, "ILB_L2_GARP_INTERVAL=200ms")
 	client := hosts[2]
@@ -627,14 +686,7 @@ func TestNetnsHandoverAndSplitBrain(t *testing.T) {
 		t.Fatalf("a set: %s", got)
 	}
 	// The client's kernel resolves the VIP itself.
-	inNetns(t, l.nsC, func() {
-		c, err := net.Dial("udp4", net.JoinHostPort(vip, "9"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = c.Close() }()
-		_, _ = c.Write([]byte("x"))
-	})
+	sendUDP(t, l.nsC, l.vip4)
 	waitNeighOn(t, l.nsC, client.ifname, "-4", l.vip4, hosts[0].mac)
 
 	// Handover: the old owner lets go, the new one takes over.

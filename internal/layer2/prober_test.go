@@ -151,7 +151,9 @@ func waitEnd(t *testing.T, n *probeNet, m map[string]*memConn, name string) *mem
 }
 
 func TestProberNoAnswer(t *testing.T) {
-	n := startProbeNet(t, ProberOptions{Interval: 5 * time.Millisecond, Attempts: 4}, probeLink("eth0", 2, eth0MAC))
+	// Answered calls run with a long interval, so that they never depend
+	// on timing; the unanswered one with a short one.
+	n := startProbeNet(t, ProberOptions{Interval: 10 * time.Second, Attempts: 4}, probeLink("eth0", 2, eth0MAC))
 	ctx := context.Background()
 	// Learn the MAC first.
 	ch := probeAsync(n.p, ctx, hostIP)
@@ -161,13 +163,14 @@ func TestProberNoAnswer(t *testing.T) {
 		t.Fatalf("result %+v", r)
 	}
 	// The host is gone: Attempts unicast probes, then noAnswer.
+	n.p.opts.Interval = 5 * time.Millisecond
 	r := n.p.Probe(ctx, hostIP)
+	n.p.opts.Interval = 10 * time.Second
 	if r.Reachable || r.Reason != ProbeNoAnswer {
 		t.Fatalf("result %+v, want not reachable, %s", r, ProbeNoAnswer)
 	}
-	for i := range 4 {
+	for range 4 {
 		checkARPProbe(t, w.next(t), hostIP, hostMAC)
-		_ = i
 	}
 	if len(w.in) != 0 {
 		t.Fatalf("%d probes more than Attempts", len(w.in))
@@ -248,7 +251,7 @@ func TestProberIPv6(t *testing.T) {
 	g := solicitedNodeGroup(host6)
 	mm := multicastMAC(g)
 	checkNS(w.next(t), net.HardwareAddr(mm[:]), g)
-	w.send(t, na(hostMAC2, vip6, true, hostMAC2))  // another target
+	w.send(t, na(hostMAC2, vip6, true, hostMAC2))   // another target
 	w.send(t, na(hostMAC2, host6, false, hostMAC2)) // unsolicited
 	w.send(t, na(hostMAC, host6, true, hostMAC))
 	if r := result(t, ch); !r.Reachable || r.MAC.String() != hostMAC.String() || r.Interface != "eth0" {

@@ -243,7 +243,7 @@ func TestProxyConflicts(t *testing.T) {
 	}
 	t.Run("ARP from a third MAC: conflict, not defended", func(t *testing.T) {
 		w.send(t, garp(otherMAC))
-		if c := nextConflict(t, n.a); c.IP != vip1 || c.MAC.String() != otherMAC.String() || c.Interface != "eth0" {
+		if c := nextConflict(t, n.a); c.IP != vip1 || c.MAC.String() != otherMAC.String() || c.Interface != "eth0" || !c.Proxied {
 			t.Fatalf("conflict %+v, want %s at %s on eth0", c, vip1, otherMAC)
 		}
 		// No defensive announcement or probe for a proxied IP: the next

@@ -425,7 +425,7 @@ func (r *responder) answerMAC(o *ownedIP) [6]byte {
 // claim: not from this node, and for a proxied IP not from the host it is
 // answered for.
 func (r *responder) foreign(o *ownedIP, mac [6]byte) bool {
-	return mac != r.mac && !r.isLocal(mac) && !(o.proxied && mac == o.mac)
+	return mac != r.mac && !r.isLocal(mac) && (!o.proxied || mac != o.mac)
 }
 
 // solicitedOverride is the Override flag of solicited advertisements. It is
