@@ -34,27 +34,27 @@ func TestConfigMetrics(t *testing.T) {
 			t.Errorf("%s: update_errors_total grew by %v, want %v", step, got, errs)
 		}
 	}
-	s := newState()
+	s := &cfgState{}
 	log := logr.Discard()
 
-	if cfg := s.loadConfig(log, "bad-1", pool("not-an-address"), nil); cfg != nil {
+	if cfg := s.load(log, "bad-1", pool("not-an-address"), nil); cfg != nil {
 		t.Fatalf("invalid first configuration returned %+v", cfg)
 	}
 	check("invalid, nothing loaded before", 0, 0, 1)
 
-	if cfg := s.loadConfig(log, "good-1", pool("172.18.255.200-172.18.255.250"), nil); cfg == nil || len(cfg.Pools) != 1 {
+	if cfg := s.load(log, "good-1", pool("172.18.255.200-172.18.255.250"), nil); cfg == nil || len(cfg.Pools) != 1 {
 		t.Fatalf("valid configuration: %+v", cfg)
 	}
 	check("valid", 1, 0, 1)
 
-	bad := s.loadConfig(log, "bad-2", pool("nope"), nil)
+	bad := s.load(log, "bad-2", pool("nope"), nil)
 	if bad == nil || len(bad.Pools) != 1 {
 		t.Fatalf("invalid configuration must keep the last valid one, got %+v", bad)
 	}
 	check("invalid after valid", 1, 1, 2)
-	s.loadConfig(log, "bad-2", pool("nope"), nil) // same versions: not parsed again
+	s.load(log, "bad-2", pool("nope"), nil) // same versions: not parsed again
 	check("same invalid versions again", 1, 1, 2)
 
-	s.loadConfig(log, "good-2", pool("172.18.255.100/30"), nil)
+	s.load(log, "good-2", pool("172.18.255.100/30"), nil)
 	check("valid again", 1, 0, 2)
 }

@@ -24,14 +24,12 @@ const (
 	ReasonNoConfig        = "noConfig"
 )
 
-// Snapshot is the cluster-wide input shared by every Service's decision.
+// Snapshot is the cluster-wide input shared by every Service's input.
 type Snapshot struct {
 	// Config is the last valid configuration; nil means none loaded yet.
 	Config *config.Config
 	// Nodes by name.
 	Nodes map[string]*corev1.Node
-	// Members are the live memberlist members.
-	Members []string
 	// Self is this node's name.
 	Self string
 	// LoadBalancerClass: "" handles Services without a class, anything else
@@ -39,71 +37,72 @@ type Snapshot struct {
 	LoadBalancerClass string
 	// IgnoreExcludeLB: see election.Input.
 	IgnoreExcludeLB bool
-	// RequireReady: see election.Input; set when memberlist is disabled.
-	RequireReady bool
 }
 
-// Want is what this node should do for one Service.
-type Want struct {
-	// Announce is true when this node answers for IPs.
-	Announce bool
-	// IPs are the Service's ingress IPs, in status order.
+// Input is what the ownership layer needs to know about one Service: its
+// IPs, the nodes the configuration allows to announce them, and where this
+// node would announce them.
+type Input struct {
+	// IPs are the Service's ingress IPs, in status order; IPs[0] is the key
+	// the ownership of all of them follows.
 	IPs []netip.Addr
 	// Pool the IPs belong to.
 	Pool string
-	// AllInterfaces, or else Interfaces: where to answer (this node's
-	// advertisements for the Service).
+	// Eligible nodes, sorted (liveness not considered).
+	Eligible []string
+	// Self: this node is eligible; then AllInterfaces, or else Interfaces,
+	// is where it answers (its advertisements for the Service).
+	Self          bool
 	AllInterfaces bool
 	Interfaces    []string
-	// Winner is the elected node ("" if none); it may be another node.
-	Winner string
-	// Reason this node does not announce; "" when Announce.
+	// Reason nobody announces the Service; "" when some node may.
 	Reason string
 }
 
-// Decide computes what this node does for svc (nil: deleted) given its
-// EndpointSlices. It is pure and deterministic.
-func Decide(s Snapshot, svc *corev1.Service, eps []*discoveryv1.EndpointSlice) Want {
+// Key is the ownership key of the Service: its first IP, "" when none.
+func (in Input) Key() string {
+	if len(in.IPs) == 0 {
+		return ""
+	}
+	return in.IPs[0].String()
+}
+
+// Inputs computes the Input of svc given its EndpointSlices. It is pure and
+// deterministic.
+func Inputs(s Snapshot, svc *corev1.Service, eps []*discoveryv1.EndpointSlice) Input {
 	if svc == nil {
-		return Want{Reason: ReasonServiceDeleted}
+		return Input{Reason: ReasonServiceDeleted}
 	}
 	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
-		return Want{Reason: ReasonNotLoadBalancer}
+		return Input{Reason: ReasonNotLoadBalancer}
 	}
 	if !ClassMatches(svc, s.LoadBalancerClass) {
-		return Want{Reason: ReasonOtherClass}
+		return Input{Reason: ReasonOtherClass}
 	}
 	ips, reason := ServiceIPs(svc)
 	if reason != "" {
-		return Want{Reason: reason}
+		return Input{Reason: reason}
 	}
 	if s.Config == nil {
-		return Want{IPs: ips, Reason: ReasonNoConfig}
+		return Input{IPs: ips, Reason: ReasonNoConfig}
 	}
 	pool := PoolFor(s.Config, ips)
 	if pool == "" {
-		return Want{IPs: ips, Reason: ReasonIPNotAllowed}
+		return Input{IPs: ips, Reason: ReasonIPNotAllowed}
 	}
-	d := election.Decide(election.Input{
-		KeyIP:           ips[0].String(),
+	res := election.Eligible(election.Input{
 		Service:         svc,
 		Pool:            pool,
 		Advertisements:  s.Config.L2Advertisements,
 		Nodes:           s.Nodes,
-		Members:         s.Members,
 		EndpointSlices:  eps,
 		IgnoreExcludeLB: s.IgnoreExcludeLB,
-		RequireReady:    s.RequireReady,
-	}, s.Self)
-	return Want{
-		Announce:      d.Announce,
-		IPs:           ips,
-		Pool:          pool,
-		AllInterfaces: d.AllInterfaces,
-		Interfaces:    d.Interfaces,
-		Winner:        d.Winner,
-		Reason:        d.Reason,
+	})
+	in := Input{IPs: ips, Pool: pool, Eligible: res.Nodes, Reason: res.Reason}
+	if res.Reason == "" && slices.Contains(res.Nodes, s.Self) {
+		in.Self, in.AllInterfaces, in.Interfaces = election.NodeInterfaces(res, s.Nodes[s.Self])
 	}
+	return in
 }
 
 // ClassMatches applies MetalLB's loadBalancerClass filter.
@@ -204,6 +203,15 @@ func PlanStatus(existing []*v1beta1.ServiceL2Status, self string, announce bool)
 		}
 	}
 	return p
+}
+
+// Want is what this node does for one Service, as the status writer sees it.
+type Want struct {
+	// Announce is true when this node answers for the Service's IPs.
+	Announce bool
+	// AllInterfaces, or else Interfaces: where it answers.
+	AllInterfaces bool
+	Interfaces    []string
 }
 
 // StatusInterfaces is the interfaces field of ServiceL2Status: filled only

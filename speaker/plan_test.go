@@ -54,41 +54,52 @@ func readySlice(node string) *discoveryv1.EndpointSlice {
 		Conditions: discoveryv1.EndpointConditions{Ready: &t}}}}
 }
 
-func TestDecide(t *testing.T) {
+func TestInputs(t *testing.T) {
 	cfg := mustParse(t,
 		[]v1beta1.IPAddressPool{pool("p1", "172.18.255.200-172.18.255.250", "fc00:f853:ccd:e799::/124"), pool("p2", "192.168.10.0/24")},
-		[]v1beta1.L2Advertisement{l2ad("ad1", []string{"p1"}, []string{"eth0"}, nil)})
+		[]v1beta1.L2Advertisement{
+			l2ad("ad1", []string{"p1"}, []string{"eth0"}, nil),
+			l2ad("ad2", []string{"p1"}, []string{"eth1"}, map[string]string{"zone": "b"}),
+		})
 	nodes := map[string]*corev1.Node{}
 	for _, n := range []string{"w1", "w2", "w3"} {
 		nodes[n] = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}
 	}
-	members := []string{"w1", "w2", "w3"}
-	snap := func(self string) Snapshot {
-		return Snapshot{Config: cfg, Nodes: nodes, Members: members, Self: self}
-	}
+	nodes["w2"].Labels = map[string]string{"zone": "b"}
+	excluded := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w4", Labels: map[string]string{corev1.LabelNodeExcludeBalancers: ""}}}
+	nodes["w4"] = excluded
+	snap := func(self string) Snapshot { return Snapshot{Config: cfg, Nodes: nodes, Self: self} }
 	eps := []*discoveryv1.EndpointSlice{readySlice("w1")}
 	dual := lbService("172.18.255.201", "fc00:f853:ccd:e799::3")
-	winner := election.Winner("172.18.255.201", members)
 
-	t.Run("exactly one node announces, with both IPs", func(t *testing.T) {
-		n := 0
-		for _, self := range members {
-			w := Decide(snap(self), dual, eps)
-			if w.Winner != winner {
-				t.Errorf("%s: winner %s, want %s", self, w.Winner, winner)
+	t.Run("every speaker computes the same eligible nodes; each its own interfaces", func(t *testing.T) {
+		for _, self := range []string{"w1", "w2", "w3"} {
+			in := Inputs(snap(self), dual, eps)
+			want := []netip.Addr{netip.MustParseAddr("172.18.255.201"), netip.MustParseAddr("fc00:f853:ccd:e799::3")}
+			if in.Reason != "" || !reflect.DeepEqual(in.IPs, want) || in.Pool != "p1" || in.Key() != "172.18.255.201" {
+				t.Fatalf("%s: %+v", self, in)
 			}
-			if w.Announce {
-				n++
-				want := []netip.Addr{netip.MustParseAddr("172.18.255.201"), netip.MustParseAddr("fc00:f853:ccd:e799::3")}
-				if !reflect.DeepEqual(w.IPs, want) || w.Pool != "p1" || w.AllInterfaces || !reflect.DeepEqual(w.Interfaces, []string{"eth0"}) {
-					t.Errorf("announce %+v", w)
-				}
-			} else if w.Reason != election.ReasonNotOwner {
-				t.Errorf("%s: reason %q, want notOwner", self, w.Reason)
+			if !reflect.DeepEqual(in.Eligible, []string{"w1", "w2", "w3"}) {
+				t.Errorf("%s: eligible %v, want w1-w3 (w4 is excluded)", self, in.Eligible)
+			}
+			wantIfaces := []string{"eth0"}
+			if self == "w2" {
+				wantIfaces = []string{"eth0", "eth1"}
+			}
+			if !in.Self || in.AllInterfaces || !reflect.DeepEqual(in.Interfaces, wantIfaces) {
+				t.Errorf("%s: self %v interfaces %v all %v, want %v", self, in.Self, in.Interfaces, in.AllInterfaces, wantIfaces)
 			}
 		}
-		if n != 1 {
-			t.Fatalf("%d announcers, want 1", n)
+		if in := Inputs(snap("w4"), dual, eps); in.Self {
+			t.Errorf("excluded w4 thinks it is eligible: %+v", in)
+		}
+	})
+
+	t.Run("externalTrafficPolicy Local: only nodes with a ready endpoint", func(t *testing.T) {
+		s := dual.DeepCopy()
+		s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		if in := Inputs(snap("w1"), s, eps); !reflect.DeepEqual(in.Eligible, []string{"w1"}) {
+			t.Fatalf("eligible %v, want [w1]", in.Eligible)
 		}
 	})
 
@@ -98,29 +109,34 @@ func TestDecide(t *testing.T) {
 		snap   Snapshot
 		reason string
 	}{
-		{"deleted", nil, snap(winner), ReasonServiceDeleted},
+		{"deleted", nil, snap("w1"), ReasonServiceDeleted},
 		{"not a load balancer", func() *corev1.Service {
 			s := lbService("172.18.255.201")
 			s.Spec.Type = corev1.ServiceTypeClusterIP
 			return s
-		}(), snap(winner), ReasonNotLoadBalancer},
+		}(), snap("w1"), ReasonNotLoadBalancer},
 		{"other class", func() *corev1.Service {
 			s := lbService("172.18.255.201")
 			c := "other"
 			s.Spec.LoadBalancerClass = &c
 			return s
-		}(), snap(winner), ReasonOtherClass},
-		{"no IP yet", lbService(), snap(winner), ReasonNoIPAllocated},
-		{"garbage IP", lbService("not-an-ip"), snap(winner), ReasonInvalidIP},
-		{"IP in no pool", lbService("10.99.0.1"), snap(winner), ReasonIPNotAllowed},
-		{"pool without advertisement", lbService("192.168.10.5"), snap(winner), election.ReasonNoMatchingAdvertisement},
-		{"no config yet", lbService("172.18.255.201"), Snapshot{Nodes: nodes, Members: members, Self: winner}, ReasonNoConfig},
+		}(), snap("w1"), ReasonOtherClass},
+		{"no IP yet", lbService(), snap("w1"), ReasonNoIPAllocated},
+		{"garbage IP", lbService("not-an-ip"), snap("w1"), ReasonInvalidIP},
+		{"IP in no pool", lbService("10.99.0.1"), snap("w1"), ReasonIPNotAllowed},
+		{"pool without advertisement", lbService("192.168.10.5"), snap("w1"), election.ReasonNoMatchingAdvertisement},
+		{"no config yet", lbService("172.18.255.201"), Snapshot{Nodes: nodes, Self: "w1"}, ReasonNoConfig},
+		{"no endpoints", dual, snap("w1"), election.ReasonNoReadyEndpoints},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			w := Decide(tc.snap, tc.svc, eps)
-			if w.Announce || w.Reason != tc.reason {
-				t.Fatalf("Decide = %+v, want reason %q", w, tc.reason)
+			e := eps
+			if tc.name == "no endpoints" {
+				e = nil
+			}
+			in := Inputs(tc.snap, tc.svc, e)
+			if in.Reason != tc.reason || len(in.Eligible) != 0 {
+				t.Fatalf("Inputs = %+v, want reason %q", in, tc.reason)
 			}
 		})
 	}
@@ -129,27 +145,10 @@ func TestDecide(t *testing.T) {
 		s := lbService("172.18.255.201")
 		c := "ironlb"
 		s.Spec.LoadBalancerClass = &c
-		sn := snap(winner)
+		sn := snap("w1")
 		sn.LoadBalancerClass = "ironlb"
-		if w := Decide(sn, s, eps); !w.Announce {
-			t.Fatalf("service of our class not announced: %+v", w)
-		}
-	})
-
-	t.Run("no endpoints: nobody", func(t *testing.T) {
-		for _, self := range members {
-			if w := Decide(snap(self), dual, nil); w.Announce || w.Reason != election.ReasonNoReadyEndpoints {
-				t.Fatalf("%s: %+v", self, w)
-			}
-		}
-	})
-
-	t.Run("winner dies: runner-up takes over", func(t *testing.T) {
-		rest := election.Rank("172.18.255.201", members)
-		s := snap(rest[1])
-		s.Members = rest[1:]
-		if w := Decide(s, dual, eps); !w.Announce {
-			t.Fatalf("runner-up %s does not take over: %+v", rest[1], w)
+		if in := Inputs(sn, s, eps); in.Reason != "" {
+			t.Fatalf("service of our class not announceable: %+v", in)
 		}
 	})
 }
@@ -219,12 +218,13 @@ func TestStatusInterfaces(t *testing.T) {
 	}
 }
 
-// BenchmarkDecide measures one Service's election on a 100-node cluster with
-// 3 advertisements: the per-Service cost of the re-election a membership
-// event triggers for every Service.
+// BenchmarkInputs measures one Service's input (eligible nodes) on a 100-node
+// cluster with 3 advertisements: the per-Service cost of a Service, endpoint,
+// node-label or configuration change. Membership events no longer cost it:
+// they go to internal/ownership (BenchmarkMembershipEvent there).
 //
-//	go test ./speaker -run '^$' -bench BenchmarkDecide -benchmem
-func BenchmarkDecide(b *testing.B) {
+//	go test ./speaker -run '^$' -bench BenchmarkInputs -benchmem
+func BenchmarkInputs(b *testing.B) {
 	var ads []v1beta1.L2Advertisement
 	for i, zone := range []string{"a", "b", "c"} {
 		ads = append(ads, l2ad(fmt.Sprintf("ad%d", i), []string{"p1"}, nil, map[string]string{"zone": zone}))
@@ -234,17 +234,15 @@ func BenchmarkDecide(b *testing.B) {
 		b.Fatal(err)
 	}
 	nodes := map[string]*corev1.Node{}
-	var members []string
 	for i := 0; i < 100; i++ {
 		n := fmt.Sprintf("node-%03d", i)
 		nodes[n] = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"zone": []string{"a", "b", "c"}[i%3]}}}
-		members = append(members, n)
 	}
-	snap := Snapshot{Config: cfg, Nodes: nodes, Members: members, Self: "node-000"}
+	snap := Snapshot{Config: cfg, Nodes: nodes, Self: "node-000"}
 	svc := lbService("10.0.3.7")
 	eps := []*discoveryv1.EndpointSlice{readySlice("node-001")}
 	b.ReportAllocs()
 	for b.Loop() {
-		Decide(snap, svc, eps)
+		Inputs(snap, svc, eps)
 	}
 }

@@ -17,14 +17,15 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -48,6 +49,7 @@ import (
 	"github.com/ironlb/ironlb/internal/election"
 	"github.com/ironlb/ironlb/internal/layer2"
 	"github.com/ironlb/ironlb/internal/membership"
+	"github.com/ironlb/ironlb/internal/ownership"
 )
 
 // +kubebuilder:rbac:groups="",resources=services;nodes,verbs=get;list;watch
@@ -104,9 +106,18 @@ type Options struct {
 	Membership membership.Options
 
 	// LeaveGrace: on shutdown, how long to keep answering ARP/NDP after the
-	// memberlist leave, while the new owner takes over. Default 0 here;
-	// the command sets 500ms.
+	// memberlist leave, while the deputy (or, for a node going away, the
+	// new owner) takes over. Default 0 here; the command sets 500ms.
 	LeaveGrace time.Duration
+
+	// Failback: what happens to IPs that moved off a node when it can own
+	// them again (ownership.FailbackNever, the default, or Immediate).
+	Failback ownership.Failback
+	// HoldTime: how long a node whose speaker went away keeps its IPs while
+	// its kernel still answers on the segment (a speaker restart, crash or
+	// freeze); another speaker answers ARP/NDP for it meanwhile. Zero: IPs
+	// move as soon as the speaker is gone (MetalLB's behaviour).
+	HoldTime time.Duration
 
 	// Layer2 configures the announcer (GARP count and spacing, refresh,
 	// excluded interfaces, test seams). Registerer and NodeName are set here.
@@ -238,6 +249,24 @@ func Run(ctx context.Context, opts Options) error {
 	annDone := make(chan error, 1)
 	go func() { annDone <- ann.Run(annCtx) }()
 
+	// Ownership: decided here, applied to the announcer at once; the status
+	// writer follows behind it.
+	failback, hold := opts.Failback, opts.HoldTime
+	if opts.DisableMemberlist {
+		// Without memberlist there is no replica to keep sticky owners in,
+		// nor a peer to answer for a held node: every speaker computes
+		// MetalLB's hash rule from the Ready nodes.
+		failback, hold = ownership.FailbackImmediate, 0
+	}
+	recorder := mgr.GetEventRecorder("ironlb-speaker")
+	own := newOwners(log.WithName("ownership"), opts.NodeName, ownership.Options{Failback: failback, Hold: hold}, ann, m, recorder)
+	conflictRecords := newConflicts()
+	sw := &statusWriter{
+		Client: mgr.GetClient(), apiRead: mgr.GetAPIReader(), log: log.WithName("status"), opts: opts,
+		own: own, conflicts: conflictRecords, created: map[string]string{},
+	}
+	own.status = sw.Enqueue
+
 	// Membership.
 	var ml *membership.List
 	if !opts.DisableMemberlist {
@@ -254,6 +283,7 @@ func Run(ctx context.Context, opts Options) error {
 		mo.BindAddr = opts.MLBindAddr
 		mo.BindPort = opts.MLBindPort
 		mo.SecretKey = key
+		mo.State = gossip{log: log.WithName("gossip"), own: own}
 		if ip := net.ParseIP(opts.MLBindAddr); (ip == nil || ip.IsUnspecified()) && opts.HostIP != "" {
 			mo.AdvertiseAddr = opts.HostIP
 		}
@@ -261,36 +291,37 @@ func Run(ctx context.Context, opts Options) error {
 		if err != nil {
 			return err
 		}
+		own.broadcast = broadcaster(ml)
 		if keyPath != "" {
 			go watchKeyFile(ctx, log.WithName("membership"), keyPath, keyReloadInterval, key, ml.SetSecretKey)
 		}
 	}
 
 	r := &serviceReconciler{
-		Client:   mgr.GetClient(),
-		apiRead:  mgr.GetAPIReader(),
-		log:      log.WithName("service"),
-		opts:     opts,
-		ml:       ml,
-		ann:      ann,
-		recorder: mgr.GetEventRecorder("ironlb-speaker"),
-		metrics:  m,
-		state:    newState(),
+		Client: mgr.GetClient(),
+		log:    log.WithName("service"),
+		opts:   opts,
+		own:    own,
 	}
+	var joined atomic.Bool
 	if ml == nil {
-		r.ready.Store(true)
+		joined.Store(true)
 	}
-	// Ready once this speaker could take an IP over: its caches are synced
-	// and it has joined its peers. The DaemonSet's rolling update waits for
-	// this before restarting the next node's speaker.
+	// Ready once this speaker could take an IP over: its caches are synced,
+	// it has joined its peers and learned the current owners from them. The
+	// DaemonSet's rolling update waits for this before restarting the next
+	// node's speaker.
 	if err := mgr.AddReadyzCheck("can-announce", func(req *http.Request) error {
 		sctx, cancel := context.WithTimeout(req.Context(), 100*time.Millisecond)
 		defer cancel()
 		if !mgr.GetCache().WaitForCacheSync(sctx) {
 			return errors.New("informer caches not synced yet")
 		}
-		if !r.ready.Load() {
+		if !joined.Load() {
 			return errors.New("initial memberlist join not done yet")
+		}
+		if !own.Synced() {
+			return errors.New("current owners not learned yet")
 		}
 		return nil
 	}); err != nil {
@@ -299,27 +330,48 @@ func Run(ctx context.Context, opts Options) error {
 	if err := setupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
-	r.indexed = true
+	r.indexed, sw.indexed = true, true
 	if err := r.setup(mgr); err != nil {
 		return err
 	}
+	if err := sw.setup(mgr); err != nil {
+		return err
+	}
+	// livenessKnown feeds (or waits for) the liveness of every node; called
+	// after the initial join.
+	var livenessKnown func(context.Context) bool
 	if ml != nil {
-		if err := (&peerReconciler{Client: mgr.GetClient(), log: log.WithName("peers"), opts: opts, ml: ml, ready: &r.ready}).setup(mgr); err != nil {
+		if err := (&peerReconciler{Client: mgr.GetClient(), log: log.WithName("peers"), opts: opts, ml: ml, ready: &joined}).setup(mgr); err != nil {
 			return err
 		}
-		// Do not announce from a one-member view forever if peer discovery
-		// is broken: after a bound, trust what memberlist has.
+		// Do not wait forever if peer discovery is broken: after a bound,
+		// trust what memberlist has.
 		go func() {
 			select {
 			case <-time.After(15 * time.Second):
-				if !r.ready.Swap(true) {
-					r.log.Info("no speaker Pods seen yet; electing with the members known so far")
+				if !joined.Swap(true) {
+					log.Info("no speaker Pods seen yet; deciding with the members known so far")
 				}
 			case <-ctx.Done():
 			}
 		}()
+		p := layer2.NewProber(log.WithName("prober"), layer2.ProberOptions{ExcludeInterfaces: opts.Layer2.ExcludeInterfaces})
+		defer func() { _ = p.Close() }()
+		h := &health{log: log.WithName("health"), self: opts.NodeName, ml: ml, own: own, prober: p, metrics: m,
+			nodeAddrs: func(ctx context.Context, node string) []netip.Addr { return nodeAddresses(ctx, mgr.GetClient(), node) }}
+		go h.run(ctx)
+		livenessKnown = h.awaitPoll
+	} else {
+		rn := &readyNodes{Client: mgr.GetClient(), own: own}
+		if err := rn.setup(mgr); err != nil {
+			return err
+		}
+		livenessKnown = rn.list
 	}
-	go r.watchConflicts(ctx)
+	go startOwnership(ctx, log, mgr, own, &joined, livenessKnown)
+	if c := ann.Conflicts(); c != nil {
+		go watchConflicts(ctx, log.WithName("conflicts"), c, own, conflictRecords, sw.Enqueue, mgr.GetClient(), recorder, opts.NodeName)
+	}
 
 	log.Info("speaker starting", "node", opts.NodeName, "namespace", opts.Namespace, "memberlist", ml != nil)
 	mgrErr := startManager(ctx, log, mgr.Start, shutdownTimeout+time.Second)
@@ -341,7 +393,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	// Nothing is announced any more. Matters where the registry outlives
 	// Run: several speakers in one test process, run again with -count.
-	m.announced.DeletePartialMatch(prometheus.Labels{"node": opts.NodeName})
+	own.Stop()
 	if mgrErr != nil {
 		if ctx.Err() != nil {
 			// Asked to stop: a slow shutdown (e.g. reconciles waiting on an
@@ -448,19 +500,17 @@ func (r *serviceReconciler) setup(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).Named("speaker-services").
 		For(&corev1.Service{}).
 		Watches(&discoveryv1.EndpointSlice{}, one(serviceKeyFromSlice)).
-		Watches(&v1beta1.ServiceL2Status{}, one(serviceKeyFromLabels)).
 		Watches(&corev1.Node{}, all, builder.WithPredicates(nodeChanged())).
 		Watches(&v1beta1.IPAddressPool{}, all).
 		Watches(&v1beta1.L2Advertisement{}, all).
-		WatchesRawSource(r.membershipSource()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(r)
 }
 
-// nodeChanged passes Node events that can change an election: labels (node
-// selectors, exclude label), the NetworkUnavailable condition and the Ready
-// condition (a candidate filter without memberlist), not the heartbeat-driven
-// status churn.
+// nodeChanged passes Node events that can change which nodes are eligible:
+// labels (node selectors, exclude label) and the NetworkUnavailable
+// condition, not the heartbeat-driven status churn. (Without memberlist the
+// Ready condition is liveness: readyNodes follows it.)
 func nodeChanged() predicate.Predicate {
 	return predicate.Funcs{
 		UpdateFunc: func(e eventUpdate) bool {
@@ -469,8 +519,7 @@ func nodeChanged() predicate.Predicate {
 			if !ok1 || !ok2 {
 				return true
 			}
-			return !labels.Equals(o.Labels, n.Labels) || networkUnavailable(o) != networkUnavailable(n) ||
-				election.Ready(o) != election.Ready(n)
+			return !labels.Equals(o.Labels, n.Labels) || networkUnavailable(o) != networkUnavailable(n)
 		},
 	}
 }
@@ -482,4 +531,132 @@ func networkUnavailable(n *corev1.Node) bool {
 		}
 	}
 	return false
+}
+
+// readyNodes is liveness without memberlist: a node whose Ready condition is
+// True counts as a live speaker (failover then waits for the kubelet
+// heartbeat to go stale and the node lifecycle controller to mark the node
+// NotReady, about 40-50 s by default).
+type readyNodes struct {
+	client.Client
+	own *owners
+}
+
+func (n *readyNodes) setup(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).Named("speaker-ready-nodes").
+		For(&corev1.Node{}, builder.WithPredicates(predicate.Funcs{
+			UpdateFunc: func(e eventUpdate) bool {
+				o, ok1 := e.ObjectOld.(*corev1.Node)
+				nw, ok2 := e.ObjectNew.(*corev1.Node)
+				return !ok1 || !ok2 || election.Ready(o) != election.Ready(nw)
+			},
+		})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
+		Complete(n)
+}
+
+func (n *readyNodes) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var node corev1.Node
+	st := ownership.SpeakerGone
+	if err := n.Get(ctx, req.NamespacedName, &node); err == nil && election.Ready(&node) {
+		st = ownership.SpeakerAlive
+	} else if err != nil && !apierrors.IsNotFound(err) {
+		return reconcile.Result{}, err
+	}
+	n.own.SetSpeaker(req.Name, st, time.Now())
+	return reconcile.Result{}, nil
+}
+
+// list feeds the Ready state of every Node (ownership must not decide
+// before); false if ctx ended first.
+func (n *readyNodes) list(ctx context.Context) bool {
+	var nodes corev1.NodeList
+	for {
+		err := n.List(ctx, &nodes)
+		if err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	now := time.Now()
+	for i := range nodes.Items {
+		st := ownership.SpeakerGone
+		if election.Ready(&nodes.Items[i]) {
+			st = ownership.SpeakerAlive
+		}
+		n.own.SetSpeaker(nodes.Items[i].Name, st, now)
+	}
+	return true
+}
+
+// nodeAddresses returns a node's internal and external IPs from its Node
+// object: the addresses its data path is probed on.
+func nodeAddresses(ctx context.Context, c client.Reader, name string) []netip.Addr {
+	var node corev1.Node
+	if err := c.Get(ctx, types.NamespacedName{Name: name}, &node); err != nil {
+		return nil
+	}
+	var out []netip.Addr
+	for _, a := range node.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+			continue
+		}
+		if ip, err := netip.ParseAddr(a.Address); err == nil {
+			out = append(out, ip.Unmap())
+		}
+	}
+	return out
+}
+
+// startOwnership starts deciding once this speaker knows enough not to move
+// anything by mistake: its caches are synced, it has joined its peers (the
+// join's push/pull brought their claims), it has computed the inputs of the
+// Services in the cache, and it has read the ServiceL2Status records as a
+// last resort for keys no peer knows (a whole-cluster restart).
+func startOwnership(ctx context.Context, log logr.Logger, mgr ctrl.Manager, own *owners, joined *atomic.Bool, liveness func(context.Context) bool) {
+	if !mgr.GetCache().WaitForCacheSync(ctx) {
+		return
+	}
+	for !joined.Load() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if !liveness(ctx) {
+		return
+	}
+	c := mgr.GetClient()
+	var svcs corev1.ServiceList
+	deadline := time.Now().Add(10 * time.Second)
+	if err := c.List(ctx, &svcs); err == nil {
+		for i := 0; i < len(svcs.Items) && time.Now().Before(deadline); {
+			s := &svcs.Items[i]
+			if s.Spec.Type != corev1.ServiceTypeLoadBalancer || own.Known(client.ObjectKeyFromObject(s).String()) {
+				i++
+				continue
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	seeds := map[string]string{}
+	var sts v1beta1.ServiceL2StatusList
+	if err := c.List(ctx, &sts); err == nil {
+		for _, st := range sts.Items {
+			if st.Status.Node != "" && st.Status.ServiceName != "" {
+				seeds[st.Status.ServiceNamespace+"/"+st.Status.ServiceName] = st.Status.Node
+			}
+		}
+	}
+	own.Sync(time.Now(), seeds)
+	log.Info("ownership synced: deciding and announcing", "services", len(own.ServiceKeys()), "seeds", len(seeds))
 }

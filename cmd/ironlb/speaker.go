@@ -11,6 +11,7 @@ import (
 
 	"github.com/ironlb/ironlb/internal/layer2"
 	"github.com/ironlb/ironlb/internal/membership"
+	"github.com/ironlb/ironlb/internal/ownership"
 	"github.com/ironlb/ironlb/speaker"
 )
 
@@ -128,7 +129,15 @@ MetalLB speaker Pod spec works unchanged.`,
 		"on SIGTERM, wait at most this long for the memberlist leave to reach peers (they take over at once)")
 
 	f.DurationVar(&o.LeaveGrace, "leave-grace", 500*time.Millisecond,
-		"on SIGTERM, keep answering ARP/NDP this long after leaving the memberlist, so the new owner has taken over before this node goes quiet (pod terminationGracePeriodSeconds must cover ml-leave-timeout + this + a few seconds)")
+		"on SIGTERM, keep answering ARP/NDP this long after leaving the memberlist, so another speaker answers for this node before it goes quiet (pod terminationGracePeriodSeconds must cover ml-leave-timeout + this + a few seconds)")
+
+	// ownership
+	f.Var(&failbackFlag{&o.Failback}, "failback",
+		"when a node that lost IPs can own them again: 'never' leaves them where they are (established connections survive; new IPs go to the least-loaded node), "+
+			"'immediate' moves them back to the hash winner as MetalLB does")
+	f.DurationVar(&o.HoldTime, "hold-time", 30*time.Second,
+		"how long a node whose speaker is away (restart, crash, freeze) keeps its IPs while its kernel still answers ARP/NDP for its own address; "+
+			"another speaker answers for it with its MAC meanwhile. 0: IPs move as soon as the speaker is gone, as in MetalLB")
 
 	// layer 2
 	f.IntVar(&l2.GratuitousCount, "garp-count", 5,
@@ -156,3 +165,24 @@ func nonEmpty(values []string) []string {
 	}
 	return out
 }
+
+// failbackFlag parses --failback.
+type failbackFlag struct{ v *ownership.Failback }
+
+func (f *failbackFlag) String() string {
+	if f.v == nil || *f.v == "" {
+		return string(ownership.FailbackNever)
+	}
+	return string(*f.v)
+}
+
+func (f *failbackFlag) Set(s string) error {
+	fb, err := ownership.ParseFailback(s)
+	if err != nil {
+		return err
+	}
+	*f.v = fb
+	return nil
+}
+
+func (f *failbackFlag) Type() string { return "never|immediate" }

@@ -1,25 +1,25 @@
-// Package election decides which node announces a Service's IPs in layer-2 mode.
+// Package election decides which nodes may announce a Service's IPs in layer-2
+// mode, by the configuration alone.
 //
-// It is pure: every speaker feeds it the same objects (Service, EndpointSlices, Nodes,
-// parsed L2Advertisements, live memberlist members) and gets the same answer, so no
-// consensus round is needed. The rule is MetalLB's: the candidates are the live nodes
-// an advertisement of the IP's pool allows, and the winner is the candidate with the
-// smallest sha256(node + "#" + ip), where ip is the Service's first ingress IP. Using
-// the first IP as the key keeps both IPs of a dual-stack Service, and all Services
-// sharing an IP, on one node.
+// It is pure: every speaker feeds it the same objects (Service, EndpointSlices,
+// Nodes, parsed L2Advertisements) and gets the same answer. The rules are
+// MetalLB's: a node qualifies if an advertisement of the IP's pool selects it,
+// it is usable, and (externalTrafficPolicy Local) it hosts a ready endpoint.
+// Which qualifying node announces, and when that changes, is
+// internal/ownership's job; Winner and Rank give MetalLB's hash order, which
+// ownership uses to re-place the IPs of a failed node.
 package election
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"slices"
-	"sort"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/ironlb/ironlb/internal/config"
+	"github.com/ironlb/ironlb/internal/ownership"
 )
 
 // Reasons a Service is not announced by a node. They are logged as the "reason" of
@@ -36,10 +36,10 @@ const (
 	ReasonSharedIPWithServiceSelector = "sharedIPWithServiceSelector"
 	// ReasonNoReadyEndpoints: the Service has no endpoint that can serve.
 	ReasonNoReadyEndpoints = "noReadyEndpoints"
-	// ReasonNoCandidates: endpoints and advertisements exist, but no live,
-	// usable node qualifies (all excluded, NetworkUnavailable, not members,
-	// not Ready when memberlist is disabled, or
-	// for externalTrafficPolicy Local no member hosts a ready endpoint).
+	// ReasonNoCandidates: endpoints and advertisements exist, but no usable
+	// node qualifies (all excluded or NetworkUnavailable, or for
+	// externalTrafficPolicy Local no selected node hosts a ready endpoint),
+	// or none of those that qualify is alive.
 	ReasonNoCandidates = "noCandidates"
 )
 
@@ -50,12 +50,9 @@ const (
 	AnnotationAllowSharedIPDeprecated = "metallb.universe.tf/allow-shared-ip"
 )
 
-// Input is everything the election of one Service looks at.
+// Input is everything that decides which nodes may announce one Service.
 type Input struct {
-	// KeyIP is the Service's first ingress IP in canonical string form
-	// (netip.Addr.String()); it keys the hash for all of the Service's IPs.
-	KeyIP string
-	// Service whose IPs are elected: labels (serviceSelectors), annotations
+	// Service whose IPs are announced: labels (serviceSelectors), annotations
 	// (allow-shared-ip) and spec.externalTrafficPolicy are read.
 	Service *corev1.Service
 	// Pool is the name of the IPAddressPool the Service's IPs come from.
@@ -63,53 +60,34 @@ type Input struct {
 	// Advertisements are all parsed L2Advertisements; those of other pools are
 	// ignored here.
 	Advertisements []*config.L2Advertisement
-	// Nodes by name. A member without a Node object is not a candidate: its
-	// labels and conditions are unknown.
+	// Nodes by name. Liveness is not judged here (internal/ownership does):
+	// every Node object is considered.
 	Nodes map[string]*corev1.Node
-	// Members are the live memberlist members (node names).
-	Members []string
 	// EndpointSlices of the Service.
 	EndpointSlices []*discoveryv1.EndpointSlice
 	// IgnoreExcludeLB keeps nodes labelled
 	// node.kubernetes.io/exclude-from-external-load-balancers (MetalLB's
 	// --ignore-exclude-lb).
 	IgnoreExcludeLB bool
-	// RequireReady drops nodes whose Ready condition is not True. Set it
-	// when Members is not a liveness signal (memberlist disabled, Members is
-	// every Node): node readiness, driven by the kubelet heartbeat and the
-	// node lifecycle controller, is then the only way a dead node stops
-	// being a candidate. With memberlist it stays false: memberlist detects
-	// a dead speaker faster, and a NotReady node whose speaker is alive can
-	// still answer ARP.
-	RequireReady bool
 }
 
-// Result is the outcome of Candidates.
+// Result is the outcome of Eligible.
 type Result struct {
-	// Candidates in election order: Candidates[0] is the winner. Empty when
-	// Reason is set.
-	Candidates []string
-	// Reason is why there is no candidate; "" when there is one.
+	// Nodes that may announce the Service, sorted. Empty when Reason is set.
+	Nodes []string
+	// Reason is why no node may; "" when some may.
 	Reason string
 	// Advertisements are those that apply to the Service (pool and
 	// serviceSelectors); the announcing node takes its interfaces from them.
 	Advertisements []*config.L2Advertisement
 }
 
-// Candidates returns the nodes that may announce in.Service, in election order.
-// It does not depend on the order of any of its inputs.
-func Candidates(in Input) Result {
-	res := candidates(in)
-	res.Candidates = Rank(in.KeyIP, res.Candidates)
-	if len(res.Candidates) == 0 {
-		res.Candidates = nil
-	}
-	return res
-}
-
-// candidates is Candidates without the ordering (Decide needs only the winner,
-// which is cheaper than sorting every candidate).
-func candidates(in Input) Result {
+// Eligible returns the nodes the configuration allows to announce
+// in.Service: usable (not NetworkUnavailable, not excluded), selected by an
+// applicable advertisement, and for externalTrafficPolicy Local hosting a
+// ready endpoint. Which of them announces is internal/ownership's decision.
+// The result does not depend on the order of any input.
+func Eligible(in Input) Result {
 	if !HasServingEndpoint(in.EndpointSlices) {
 		return Result{Reason: ReasonNoReadyEndpoints}
 	}
@@ -127,14 +105,9 @@ func candidates(in Input) Result {
 	if in.Service != nil && in.Service.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
 		local = NodesWithServingEndpoint(in.EndpointSlices)
 	}
-
 	var nodes []string
-	for _, name := range in.Members {
-		node := in.Nodes[name]
+	for name, node := range in.Nodes {
 		if node == nil || !Usable(node, in.IgnoreExcludeLB) {
-			continue
-		}
-		if in.RequireReady && !Ready(node) {
 			continue
 		}
 		if local != nil && !local[name] {
@@ -148,52 +121,29 @@ func candidates(in Input) Result {
 	if len(nodes) == 0 {
 		return Result{Reason: ReasonNoCandidates, Advertisements: ads}
 	}
-	return Result{Candidates: nodes, Advertisements: ads}
+	slices.Sort(nodes)
+	return Result{Nodes: nodes, Advertisements: ads}
 }
 
-// Decision is what one node does for one Service.
-type Decision struct {
-	// Announce is true when this node is the winner.
-	Announce bool
-	// Winner is the elected node, "" when nobody qualifies.
-	Winner string
-	// Reason this node does not announce; "" when Announce.
-	Reason string
-	// AllInterfaces is true when one of this node's advertisements for the
-	// Service names no interface: announce from every eligible interface.
-	AllInterfaces bool
-	// Interfaces is otherwise the sorted union of those advertisements'
-	// interfaces.
-	Interfaces []string
-}
-
-// Decide runs the election for node self.
-func Decide(in Input, self string) Decision {
-	res := candidates(in)
-	d := Decision{Reason: res.Reason, Winner: Winner(in.KeyIP, res.Candidates)}
-	if res.Reason != "" {
-		return d
+// NodeInterfaces returns where node announces the Service when it owns it:
+// from node's advertisements among res.Advertisements, all interfaces if one
+// names none, else the sorted union. ok is false when no advertisement
+// selects node.
+func NodeInterfaces(res Result, node *corev1.Node) (ok, all bool, ifaces []string) {
+	if node == nil {
+		return false, false, nil
 	}
-	node := in.Nodes[self]
 	var mine []*config.L2Advertisement
-	if node != nil {
-		for _, ad := range res.Advertisements {
-			if SelectsNode(ad, node) {
-				mine = append(mine, ad)
-			}
+	for _, ad := range res.Advertisements {
+		if SelectsNode(ad, node) {
+			mine = append(mine, ad)
 		}
 	}
 	if len(mine) == 0 {
-		d.Reason = ReasonNoMatchingAdvertisement
-		return d
+		return false, false, nil
 	}
-	if d.Winner != self {
-		d.Reason = ReasonNotOwner
-		return d
-	}
-	d.Announce = true
-	d.AllInterfaces, d.Interfaces = Interfaces(mine)
-	return d
+	all, ifaces = Interfaces(mine)
+	return true, all, ifaces
 }
 
 // Interfaces merges the interfaces of the advertisements a node announces with:
@@ -209,51 +159,44 @@ func Interfaces(ads []*config.L2Advertisement) (all bool, ifaces []string) {
 	return false, slices.Compact(ifaces)
 }
 
-// Winner returns the node with the smallest sha256(node + "#" + keyIP), "" for no
-// nodes. keyIP is the Service's first ingress IP in its canonical string form.
+// Winner returns the node with the smallest sha256(node + "#" + keyIP)
+// (ownership.Hash), "" for no nodes: the node MetalLB would elect, and the
+// node ironlb moves a failed owner's IP to.
 func Winner(keyIP string, nodes []string) string {
-	best, bestSum := "", [sha256.Size]byte{}
+	best := ""
 	for _, n := range nodes {
-		sum := sha256.Sum256([]byte(n + "#" + keyIP))
-		if best == "" || less(sum, n, bestSum, best) {
-			best, bestSum = n, sum
+		if best == "" || less(n, best, keyIP) {
+			best = n
 		}
 	}
 	return best
 }
 
-// Rank returns nodes (deduplicated) in election order for keyIP: the winner
+// Rank returns nodes (deduplicated) in hash order for keyIP: the winner
 // first, then the node that would win if the winner went away, and so on.
 func Rank(keyIP string, nodes []string) []string {
-	type entry struct {
-		name string
-		sum  [sha256.Size]byte
-	}
-	entries := make([]entry, 0, len(nodes))
-	for _, n := range nodes {
-		entries = append(entries, entry{n, sha256.Sum256([]byte(n + "#" + keyIP))})
-	}
-	sort.Slice(entries, func(i, j int) bool {
-		return less(entries[i].sum, entries[i].name, entries[j].sum, entries[j].name)
-	})
-	out := make([]string, 0, len(entries))
-	for i, e := range entries {
-		if i > 0 && e.name == entries[i-1].name {
-			continue
+	out := slices.Clone(nodes)
+	slices.SortFunc(out, func(a, b string) int {
+		switch {
+		case a == b:
+			return 0
+		case less(a, b, keyIP):
+			return -1
 		}
-		out = append(out, e.name)
-	}
-	return out
+		return 1
+	})
+	return slices.Compact(out)
 }
 
 // less orders by hash, then by name: a hash tie between different names is
 // practically impossible, but the order must stay total for permutation
 // invariance.
-func less(a [sha256.Size]byte, an string, b [sha256.Size]byte, bn string) bool {
-	if c := bytes.Compare(a[:], b[:]); c != 0 {
+func less(a, b, keyIP string) bool {
+	ha, hb := ownership.Hash(a, keyIP), ownership.Hash(b, keyIP)
+	if c := bytes.Compare(ha[:], hb[:]); c != 0 {
 		return c < 0
 	}
-	return an < bn
+	return a < b
 }
 
 // AdvertisementsForService returns the advertisements of pool that apply to svc:

@@ -133,8 +133,7 @@ func TestRankStability(t *testing.T) {
 	}
 }
 
-func TestCandidates(t *testing.T) {
-	const ip = "172.18.255.200"
+func TestEligible(t *testing.T) {
 	all := []string{"cp", "w1", "w2", "w3"}
 	baseNodes := nodes(
 		node("cp", map[string]string{"role": "cp"}, false),
@@ -154,46 +153,36 @@ func TestCandidates(t *testing.T) {
 		wantReason string
 	}{
 		{
-			name: "cluster policy: every live member",
-			in:   Input{Service: cluster, Pool: "p1", Advertisements: allAd, Nodes: baseNodes, Members: all, EndpointSlices: ready},
+			name: "cluster policy: every node",
+			in:   Input{Service: cluster, Pool: "p1", Advertisements: allAd, Nodes: baseNodes, EndpointSlices: ready},
 			want: all,
 		},
 		{
-			name: "only live members",
-			in:   Input{Service: cluster, Pool: "p1", Advertisements: allAd, Nodes: baseNodes, Members: []string{"w1", "w3"}, EndpointSlices: ready},
-			want: []string{"w1", "w3"},
-		},
-		{
-			name: "member without Node object is skipped",
-			in:   Input{Service: cluster, Pool: "p1", Advertisements: allAd, Nodes: baseNodes, Members: []string{"w1", "ghost"}, EndpointSlices: ready},
-			want: []string{"w1"},
-		},
-		{
 			name:       "no endpoints at all",
-			in:         Input{Service: cluster, Pool: "p1", Advertisements: allAd, Nodes: baseNodes, Members: all},
+			in:         Input{Service: cluster, Pool: "p1", Advertisements: allAd, Nodes: baseNodes},
 			wantReason: ReasonNoReadyEndpoints,
 		},
 		{
 			name: "only not-ready endpoints",
-			in: Input{Service: cluster, Pool: "p1", Advertisements: allAd, Nodes: baseNodes, Members: all,
+			in: Input{Service: cluster, Pool: "p1", Advertisements: allAd, Nodes: baseNodes,
 				EndpointSlices: []*discoveryv1.EndpointSlice{slice(ep{node: "w1", ready: ptr(false)}, ep{node: "w2", ready: ptr(false), serving: ptr(false)})}},
 			wantReason: ReasonNoReadyEndpoints,
 		},
 		{
 			name: "terminating but serving endpoint counts",
-			in: Input{Service: cluster, Pool: "p1", Advertisements: allAd, Nodes: baseNodes, Members: all,
+			in: Input{Service: cluster, Pool: "p1", Advertisements: allAd, Nodes: baseNodes,
 				EndpointSlices: []*discoveryv1.EndpointSlice{slice(ep{node: "w1", ready: ptr(false), serving: ptr(true)})}},
 			want: all,
 		},
 		{
 			name: "unset ready counts as ready",
-			in: Input{Service: cluster, Pool: "p1", Advertisements: allAd, Nodes: baseNodes, Members: all,
+			in: Input{Service: cluster, Pool: "p1", Advertisements: allAd, Nodes: baseNodes,
 				EndpointSlices: []*discoveryv1.EndpointSlice{slice(ep{node: "w1"})}},
 			want: all,
 		},
 		{
 			name: "ETP Local: only nodes with a serving endpoint",
-			in: Input{Service: local, Pool: "p1", Advertisements: allAd, Nodes: baseNodes, Members: all,
+			in: Input{Service: local, Pool: "p1", Advertisements: allAd, Nodes: baseNodes,
 				EndpointSlices: []*discoveryv1.EndpointSlice{
 					slice(ep{node: "w1", ready: ptr(true)}, ep{node: "w2", ready: ptr(false)}),
 					slice(ep{node: "w3", ready: ptr(false), serving: ptr(true)}),
@@ -201,20 +190,14 @@ func TestCandidates(t *testing.T) {
 			want: []string{"w1", "w3"},
 		},
 		{
-			name: "ETP Local: endpoint on a node that is not a member",
-			in: Input{Service: local, Pool: "p1", Advertisements: allAd, Nodes: baseNodes, Members: []string{"w1", "w3"},
-				EndpointSlices: []*discoveryv1.EndpointSlice{slice(ep{node: "w2", ready: ptr(true)})}},
-			wantReason: ReasonNoCandidates,
-		},
-		{
 			name: "ETP Local: endpoint without nodeName gives no candidate",
-			in: Input{Service: local, Pool: "p1", Advertisements: allAd, Nodes: baseNodes, Members: all,
+			in: Input{Service: local, Pool: "p1", Advertisements: allAd, Nodes: baseNodes,
 				EndpointSlices: []*discoveryv1.EndpointSlice{slice(ep{ready: ptr(true)})}},
 			wantReason: ReasonNoCandidates,
 		},
 		{
 			name: "node selectors restrict candidates (OR across selectors and ads)",
-			in: Input{Service: cluster, Pool: "p1", Nodes: baseNodes, Members: all, EndpointSlices: ready,
+			in: Input{Service: cluster, Pool: "p1", Nodes: baseNodes, EndpointSlices: ready,
 				Advertisements: []*config.L2Advertisement{
 					ad("a", []string{"p1"}, []labels.Selector{sel(t, "zone=a")}, nil, nil),
 					ad("b", []string{"p1"}, []labels.Selector{sel(t, "role=cp")}, nil, nil),
@@ -223,38 +206,38 @@ func TestCandidates(t *testing.T) {
 		},
 		{
 			name: "advertisement of another pool does not count",
-			in: Input{Service: cluster, Pool: "p1", Nodes: baseNodes, Members: all, EndpointSlices: ready,
+			in: Input{Service: cluster, Pool: "p1", Nodes: baseNodes, EndpointSlices: ready,
 				Advertisements: []*config.L2Advertisement{ad("other", []string{"p2"}, nil, nil, nil)}},
 			wantReason: ReasonNoMatchingAdvertisement,
 		},
 		{
 			name: "service selector not matching",
-			in: Input{Service: cluster, Pool: "p1", Nodes: baseNodes, Members: all, EndpointSlices: ready,
+			in: Input{Service: cluster, Pool: "p1", Nodes: baseNodes, EndpointSlices: ready,
 				Advertisements: []*config.L2Advertisement{ad("a", []string{"p1"}, nil, nil, []labels.Selector{sel(t, "app=db")})}},
 			wantReason: ReasonNoMatchingAdvertisement,
 		},
 		{
 			name: "service selector matching",
-			in: Input{Service: cluster, Pool: "p1", Nodes: baseNodes, Members: all, EndpointSlices: ready,
+			in: Input{Service: cluster, Pool: "p1", Nodes: baseNodes, EndpointSlices: ready,
 				Advertisements: []*config.L2Advertisement{ad("a", []string{"p1"}, []labels.Selector{sel(t, "zone=b")}, nil, []labels.Selector{sel(t, "app=db"), sel(t, "app=web")})}},
 			want: []string{"w2", "w3"},
 		},
 		{
 			name: "shared IP with a service-selecting advertisement",
 			in: Input{Service: svc(corev1.ServiceExternalTrafficPolicyCluster, map[string]string{"app": "web"}, map[string]string{AnnotationAllowSharedIP: "k"}),
-				Pool: "p1", Nodes: baseNodes, Members: all, EndpointSlices: ready,
+				Pool: "p1", Nodes: baseNodes, EndpointSlices: ready,
 				Advertisements: []*config.L2Advertisement{ad("a", []string{"p1"}, nil, nil, []labels.Selector{sel(t, "app=web")})}},
 			wantReason: ReasonSharedIPWithServiceSelector,
 		},
 		{
 			name: "shared IP (deprecated key) without service selectors is fine",
 			in: Input{Service: svc(corev1.ServiceExternalTrafficPolicyCluster, nil, map[string]string{AnnotationAllowSharedIPDeprecated: "k"}),
-				Pool: "p1", Nodes: baseNodes, Members: all, EndpointSlices: ready, Advertisements: allAd},
+				Pool: "p1", Nodes: baseNodes, EndpointSlices: ready, Advertisements: allAd},
 			want: all,
 		},
 		{
 			name: "excluded and network-unavailable nodes are dropped",
-			in: Input{Service: cluster, Pool: "p1", Advertisements: allAd, Members: all, EndpointSlices: ready,
+			in: Input{Service: cluster, Pool: "p1", Advertisements: allAd, EndpointSlices: ready,
 				Nodes: nodes(
 					node("cp", map[string]string{corev1.LabelNodeExcludeBalancers: ""}, false),
 					node("w1", nil, true),
@@ -265,7 +248,7 @@ func TestCandidates(t *testing.T) {
 		},
 		{
 			name: "IgnoreExcludeLB keeps labelled nodes",
-			in: Input{Service: cluster, Pool: "p1", Advertisements: allAd, Members: all, EndpointSlices: ready, IgnoreExcludeLB: true,
+			in: Input{Service: cluster, Pool: "p1", Advertisements: allAd, EndpointSlices: ready, IgnoreExcludeLB: true,
 				Nodes: nodes(
 					node("cp", map[string]string{corev1.LabelNodeExcludeBalancers: ""}, false),
 					node("w1", nil, true),
@@ -276,83 +259,49 @@ func TestCandidates(t *testing.T) {
 		},
 		{
 			name: "all excluded",
-			in: Input{Service: cluster, Pool: "p1", Advertisements: allAd, Members: []string{"w1"}, EndpointSlices: ready,
+			in: Input{Service: cluster, Pool: "p1", Advertisements: allAd, EndpointSlices: ready,
 				Nodes: nodes(node("w1", nil, true))},
 			wantReason: ReasonNoCandidates,
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.in.KeyIP = ip
-			res := Candidates(tc.in)
+			res := Eligible(tc.in)
 			if res.Reason != tc.wantReason {
-				t.Fatalf("reason = %q, want %q (candidates %v)", res.Reason, tc.wantReason, res.Candidates)
+				t.Fatalf("reason = %q, want %q (nodes %v)", res.Reason, tc.wantReason, res.Nodes)
 			}
-			want := Rank(ip, tc.want)
+			want := slices.Sorted(slices.Values(tc.want))
 			if len(want) == 0 {
 				want = nil
 			}
-			if !reflect.DeepEqual(res.Candidates, want) {
-				t.Fatalf("candidates = %v, want %v", res.Candidates, want)
+			if !reflect.DeepEqual(res.Nodes, want) {
+				t.Fatalf("nodes = %v, want %v", res.Nodes, want)
 			}
 		})
 	}
 }
 
-func TestDecide(t *testing.T) {
-	ns := nodes(node("w1", map[string]string{"zone": "a"}, false), node("w2", map[string]string{"zone": "b"}, false))
-	cluster := svc(corev1.ServiceExternalTrafficPolicyCluster, nil, nil)
-	ready := []*discoveryv1.EndpointSlice{slice(ep{node: "w1", ready: ptr(true)})}
+func TestNodeInterfaces(t *testing.T) {
+	ns := nodes(node("w1", map[string]string{"zone": "a"}, false), node("w2", map[string]string{"zone": "b"}, false),
+		node("w3", map[string]string{"zone": "c"}, false))
 	ads := []*config.L2Advertisement{
 		ad("a1", []string{"p1"}, []labels.Selector{sel(t, "zone=a")}, []string{"eth1", "eth0"}, nil),
 		ad("a2", []string{"p1"}, []labels.Selector{sel(t, "zone=a")}, []string{"eth0"}, nil),
 		ad("b", []string{"p1"}, []labels.Selector{sel(t, "zone=b")}, nil, nil),
 	}
-	in := Input{Service: cluster, Pool: "p1", Advertisements: ads, Nodes: ns, Members: []string{"w1", "w2"}, EndpointSlices: ready}
-
-	// Find keys where each node wins, so both branches are covered.
-	for _, self := range []string{"w1", "w2"} {
-		var key string
-		for i := 0; ; i++ {
-			key = fmt.Sprintf("172.18.255.%d", i)
-			if Winner(key, []string{"w1", "w2"}) == self {
-				break
-			}
-		}
-		in.KeyIP = key
-		d := Decide(in, self)
-		if !d.Announce || d.Winner != self || d.Reason != "" {
-			t.Fatalf("Decide(%s, key %s) = %+v, want announce", self, key, d)
-		}
-		switch self {
-		case "w1":
-			if d.AllInterfaces || !reflect.DeepEqual(d.Interfaces, []string{"eth0", "eth1"}) {
-				t.Errorf("w1 interfaces = %v/%v, want [eth0 eth1]", d.AllInterfaces, d.Interfaces)
-			}
-		case "w2":
-			if !d.AllInterfaces {
-				t.Errorf("w2: want all interfaces, got %v", d.Interfaces)
-			}
-		}
-		other := map[string]string{"w1": "w2", "w2": "w1"}[self]
-		if d := Decide(in, other); d.Announce || d.Reason != ReasonNotOwner || d.Winner != self {
-			t.Errorf("Decide(%s) = %+v, want notOwner with winner %s", other, d, self)
-		}
+	res := Eligible(Input{Service: svc(corev1.ServiceExternalTrafficPolicyCluster, nil, nil), Pool: "p1", Advertisements: ads, Nodes: ns,
+		EndpointSlices: []*discoveryv1.EndpointSlice{slice(ep{node: "w1", ready: ptr(true)})}})
+	if !reflect.DeepEqual(res.Nodes, []string{"w1", "w2"}) {
+		t.Fatalf("eligible %v, want [w1 w2]", res.Nodes)
 	}
-
-	// A node no advertisement selects never announces, even if it is a member.
-	ns["w3"] = node("w3", map[string]string{"zone": "c"}, false)
-	in.Members = []string{"w1", "w2", "w3"}
-	in.KeyIP = "172.18.255.200"
-	if d := Decide(in, "w3"); d.Announce || d.Reason != ReasonNoMatchingAdvertisement {
-		t.Errorf("Decide(w3) = %+v, want noMatchingAdvertisement", d)
+	if ok, all, ifaces := NodeInterfaces(res, ns["w1"]); !ok || all || !reflect.DeepEqual(ifaces, []string{"eth0", "eth1"}) {
+		t.Errorf("w1: %v %v %v, want the union [eth0 eth1]", ok, all, ifaces)
 	}
-	// No endpoints: nobody announces.
-	in.EndpointSlices = nil
-	for _, self := range in.Members {
-		if d := Decide(in, self); d.Announce || d.Reason != ReasonNoReadyEndpoints {
-			t.Errorf("Decide(%s) without endpoints = %+v", self, d)
-		}
+	if ok, all, _ := NodeInterfaces(res, ns["w2"]); !ok || !all {
+		t.Errorf("w2: %v %v, want all interfaces", ok, all)
+	}
+	if ok, _, _ := NodeInterfaces(res, ns["w3"]); ok {
+		t.Error("w3: no advertisement selects it")
 	}
 }
 
@@ -369,14 +318,13 @@ func TestWinnerDependsOnlyOnKey(t *testing.T) {
 	}
 }
 
-// Permutation invariance: shuffling members, nodes, advertisements, slices and
-// endpoints never changes the candidates or their order.
+// Permutation invariance: shuffling advertisements, slices and endpoints
+// never changes the eligible nodes.
 func TestPermutationInvariance(t *testing.T) {
 	f := func(seed int64, nNodes uint8, ipByte uint8, local bool) bool {
 		rnd := rand.New(rand.NewSource(seed))
 		n := int(nNodes%12) + 1
 		ns := map[string]*corev1.Node{}
-		var members []string
 		var eps []ep
 		for i := 0; i < n; i++ {
 			name := fmt.Sprintf("node-%d", i)
@@ -385,9 +333,6 @@ func TestPermutationInvariance(t *testing.T) {
 				lbls[corev1.LabelNodeExcludeBalancers] = ""
 			}
 			ns[name] = node(name, lbls, rnd.Intn(7) == 0)
-			if rnd.Intn(5) != 0 {
-				members = append(members, name)
-			}
 			if rnd.Intn(2) == 0 {
 				eps = append(eps, ep{node: name, ready: ptr(rnd.Intn(3) != 0)})
 			}
@@ -405,13 +350,11 @@ func TestPermutationInvariance(t *testing.T) {
 		for i := 0; i < len(eps); i += 2 {
 			slices1 = append(slices1, slice(eps[i:min(i+2, len(eps))]...))
 		}
-		in := Input{KeyIP: fmt.Sprintf("172.18.255.%d", ipByte), Service: svc(etp, nil, nil), Pool: "p1",
-			Advertisements: ads, Nodes: ns, Members: members, EndpointSlices: slices1}
-		want := Candidates(in)
+		in := Input{Service: svc(etp, nil, nil), Pool: "p1", Advertisements: ads, Nodes: ns, EndpointSlices: slices1}
+		want := Eligible(in)
 
 		for k := 0; k < 5; k++ {
 			p := in
-			p.Members = shuffled(rnd, members)
 			p.Advertisements = shuffled(rnd, ads)
 			p.EndpointSlices = nil
 			for _, s := range shuffled(rnd, slices1) {
@@ -419,15 +362,10 @@ func TestPermutationInvariance(t *testing.T) {
 				rnd.Shuffle(len(c.Endpoints), func(i, j int) { c.Endpoints[i], c.Endpoints[j] = c.Endpoints[j], c.Endpoints[i] })
 				p.EndpointSlices = append(p.EndpointSlices, c)
 			}
-			got := Candidates(p)
-			if got.Reason != want.Reason || !reflect.DeepEqual(got.Candidates, want.Candidates) {
-				t.Logf("seed %d: %v/%q vs %v/%q", seed, got.Candidates, got.Reason, want.Candidates, want.Reason)
+			got := Eligible(p)
+			if got.Reason != want.Reason || !reflect.DeepEqual(got.Nodes, want.Nodes) {
+				t.Logf("seed %d: %v/%q vs %v/%q", seed, got.Nodes, got.Reason, want.Nodes, want.Reason)
 				return false
-			}
-			for _, self := range members {
-				if Decide(p, self).Announce != (len(want.Candidates) > 0 && want.Candidates[0] == self) {
-					return false
-				}
 			}
 		}
 		return true
@@ -478,46 +416,4 @@ func bruteTie(ip string, ns []string) bool {
 		seen[h] = n
 	}
 	return false
-}
-
-// Without memberlist (RequireReady) a node whose Ready condition is not True
-// is no candidate: it may be dead, and readiness is the only liveness signal.
-// With memberlist readiness is ignored.
-func TestCandidatesRequireReady(t *testing.T) {
-	const ip = "172.18.255.200"
-	withReady := func(name string, st corev1.ConditionStatus) *corev1.Node {
-		n := node(name, nil, false)
-		if st != "" {
-			n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeReady, Status: st})
-		}
-		return n
-	}
-	ns := nodes(
-		withReady("ready", corev1.ConditionTrue),
-		withReady("notready", corev1.ConditionFalse),
-		withReady("unknown", corev1.ConditionUnknown),
-		withReady("unreported", ""),
-	)
-	all := []string{"ready", "notready", "unknown", "unreported"}
-	in := Input{
-		KeyIP: ip, Service: svc(corev1.ServiceExternalTrafficPolicyCluster, nil, nil), Pool: "p1",
-		Advertisements: []*config.L2Advertisement{ad("all", []string{"p1"}, nil, nil, nil)},
-		Nodes:          ns, Members: all,
-		EndpointSlices: []*discoveryv1.EndpointSlice{slice(ep{node: "ready", ready: ptr(true)})},
-	}
-	if got := Candidates(in).Candidates; !reflect.DeepEqual(got, Rank(ip, all)) {
-		t.Errorf("memberlist mode: candidates %v, want every member %v", got, Rank(ip, all))
-	}
-	in.RequireReady = true
-	if got := Candidates(in); !reflect.DeepEqual(got.Candidates, []string{"ready"}) {
-		t.Errorf("RequireReady: candidates %v (reason %q), want [ready]", got.Candidates, got.Reason)
-	}
-	if d := Decide(in, "notready"); d.Announce || d.Winner != "ready" {
-		t.Errorf("RequireReady: Decide for notready = %+v, want winner ready, no announce", d)
-	}
-	in.Nodes = nodes(withReady("notready", corev1.ConditionFalse))
-	in.Members = []string{"notready"}
-	if got := Candidates(in); got.Reason != ReasonNoCandidates {
-		t.Errorf("RequireReady with no ready node: %+v, want reason %s", got, ReasonNoCandidates)
-	}
 }

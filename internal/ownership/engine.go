@@ -514,17 +514,20 @@ func hashLess(a, b, key string) bool {
 	return a < b
 }
 
-// Owner returns the claimed owner of an active key and whether it serves
-// (a gone-but-held owner serves; one whose path is down does not).
+// Owner returns the owner of an active key and whether it serves it: the
+// claimed owner is eligible and serving (a gone-but-held owner serves; one
+// whose data path is down, or that the configuration no longer allows, does
+// not, and then nobody does: the key has no placeable candidate).
 func (e *Engine) Owner(key string) (owner string, serving bool) {
-	if _, ok := e.keys[key]; !ok {
+	elig, ok := e.keys[key]
+	if !ok {
 		return "", false
 	}
 	c, ok := e.claims[key]
 	if !ok {
 		return "", false
 	}
-	return c.Owner, e.serving(c.Owner)
+	return c.Owner, elig.Has(c.Owner) && e.serving(c.Owner)
 }
 
 // Claim returns the replica's claim for key.

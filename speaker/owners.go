@@ -1,0 +1,600 @@
+package speaker
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	"github.com/ironlb/ironlb/internal/election"
+	"github.com/ironlb/ironlb/internal/layer2"
+	"github.com/ironlb/ironlb/internal/ownership"
+)
+
+// announcer is what the speaker needs from layer2.Announcer.
+type announcer interface {
+	SetBalancer(name string, ips []netip.Addr, interfaces []string)
+	DeleteBalancer(name string)
+	SetProxy(name string, ips []netip.Addr, macs map[string]net.HardwareAddr)
+	DeleteProxy(name string)
+	Interfaces() []string
+	KernelARPFindings(ips []netip.Addr) ([]layer2.KernelARPFinding, error)
+}
+
+// svcEntry is what the speaker knows of one Service.
+type svcEntry struct {
+	in  Input
+	ref *corev1.Service // identity only, for events
+}
+
+// announced is what this node gave the announcer for one Service.
+type announced struct {
+	ips        []netip.Addr
+	interfaces []string // nil = all
+}
+
+func (a announced) equal(b announced) bool {
+	return slices.Equal(a.ips, b.ips) && slices.Equal(a.interfaces, b.interfaces)
+}
+
+// proxied is what this node answers for on behalf of a held node.
+type proxied struct {
+	ips  []netip.Addr
+	macs map[string]net.HardwareAddr
+}
+
+// owners is the speaker's ownership layer: the Services it knows, grouped by
+// key, the ownership engine that decides who announces each key, and what it
+// told the announcer. Every input (a Service's Input, a member's liveness, a
+// data-path verdict, claims from peers, the clock) goes through its methods,
+// which apply the consequences to the announcer at once and only then queue
+// ServiceL2Status writes and events: a takeover never waits for the API
+// server or for other Services.
+type owners struct {
+	log     logr.Logger
+	self    string
+	ann     announcer
+	metrics *metrics
+	// status queues a ServiceL2Status sync for a Service (non-blocking).
+	status func(svc string)
+	// broadcast gossips claims this node decided (nil without memberlist).
+	broadcast func([]ownership.Claim)
+	recorder  recorder.EventRecorder
+
+	mu          sync.Mutex
+	eng         *ownership.Engine
+	sets        *ownership.Interner
+	services    map[string]*svcEntry
+	byKey       map[string]map[string]struct{}
+	announced   map[string]announced
+	proxies     map[string]proxied
+	macs        map[string]map[string]net.HardwareAddr // node -> interface -> MAC
+	unannounced map[string]string                      // Service -> reason logged
+	proxyDirty  bool
+	started     bool // the first decision after sync is done: events from now on
+	// assigned are keys a transition gave to this node in the current call:
+	// starting to announce them is a nodeAssigned event even at start-up.
+	assigned map[string]bool
+	events   []func()
+}
+
+func newOwners(log logr.Logger, self string, opts ownership.Options, ann announcer, m *metrics, rec recorder.EventRecorder) *owners {
+	opts.Self = self
+	return &owners{
+		log: log, self: self, ann: ann, metrics: m, recorder: rec,
+		status:      func(string) {},
+		eng:         ownership.New(opts),
+		sets:        ownership.NewInterner(),
+		services:    map[string]*svcEntry{},
+		byKey:       map[string]map[string]struct{}{},
+		announced:   map[string]announced{},
+		proxies:     map[string]proxied{},
+		macs:        map[string]map[string]net.HardwareAddr{},
+		unannounced: map[string]string{},
+	}
+}
+
+// do runs fn under the lock, applies the changes it returns, then emits the
+// events collected (outside the lock: recording may block on a full buffer).
+func (o *owners) do(fn func() []ownership.Change) {
+	o.mu.Lock()
+	o.applyLocked(fn())
+	evs := o.events
+	o.events = nil
+	o.mu.Unlock()
+	for _, e := range evs {
+		e()
+	}
+}
+
+// SetService records a Service's input (nil ref: deleted).
+func (o *owners) SetService(svc string, in Input, ref *corev1.Service) {
+	o.do(func() []ownership.Change {
+		var oldKey string
+		if old := o.services[svc]; old != nil {
+			oldKey = old.in.Key()
+		}
+		if ref == nil {
+			delete(o.services, svc)
+		} else {
+			o.services[svc] = &svcEntry{in: in, ref: &corev1.Service{ObjectMeta: *ref.ObjectMeta.DeepCopy()}}
+			o.services[svc].ref.ManagedFields = nil
+			o.services[svc].ref.Annotations = nil
+		}
+		newKey := ""
+		if ref != nil {
+			newKey = in.Key()
+		}
+		var changes []ownership.Change
+		if oldKey != "" && oldKey != newKey {
+			delete(o.byKey[oldKey], svc)
+			if len(o.byKey[oldKey]) == 0 {
+				delete(o.byKey, oldKey)
+			}
+			changes = append(changes, o.updateKeyLocked(oldKey)...)
+		}
+		if newKey != "" {
+			if o.byKey[newKey] == nil {
+				o.byKey[newKey] = map[string]struct{}{}
+			}
+			o.byKey[newKey][svc] = struct{}{}
+			changes = append(changes, o.updateKeyLocked(newKey)...)
+		}
+		o.refreshServiceLocked(svc)
+		return changes
+	})
+}
+
+// updateKeyLocked gives the engine a key's eligible nodes: the nodes every
+// announceable Service of the key allows (they normally agree: sharing
+// requires it), or deactivates the key when none is announceable.
+func (o *owners) updateKeyLocked(key string) []ownership.Change {
+	var elig []string
+	n := 0
+	for svc := range o.byKey[key] {
+		e := o.services[svc]
+		if e == nil || e.in.Reason != "" {
+			continue
+		}
+		if n == 0 {
+			elig = e.in.Eligible
+		} else {
+			elig = slices.DeleteFunc(slices.Clone(elig), func(x string) bool { return !slices.Contains(e.in.Eligible, x) })
+		}
+		n++
+	}
+	if n == 0 {
+		o.eng.DeleteKey(key)
+		o.refreshKeyLocked(key)
+		return nil
+	}
+	if o.ownerHeldLocked(key) {
+		o.proxyDirty = true
+	}
+	return o.eng.SetKey(key, o.sets.Intern(elig))
+}
+
+func (o *owners) ownerHeldLocked(key string) bool {
+	c, ok := o.eng.Claim(key)
+	return ok && o.eng.Held(c.Owner)
+}
+
+// applyLocked reports changes (log, metric, gossip) and brings the announcer
+// in step for the keys they touch.
+func (o *owners) applyLocked(changes []ownership.Change) {
+	var mine []ownership.Claim
+	o.assigned = map[string]bool{}
+	for _, ch := range changes {
+		if ch.To == o.self && ch.From != o.self && ch.Reason != ownership.ReasonLearned {
+			o.assigned[ch.Key] = true
+		}
+	}
+	for _, ch := range changes {
+		o.metrics.ownerChanges.WithLabelValues(string(ch.Reason)).Inc()
+		log := o.log.V(1)
+		if ch.From == o.self || ch.To == o.self {
+			log = o.log
+		}
+		log.Info("owner changed", "ip", ch.Key, "from", ch.From, "to", ch.To, "reason", string(ch.Reason), "epoch", ch.Epoch,
+			"services", o.servicesOfLocked(ch.Key))
+		if ch.Reason != ownership.ReasonLearned {
+			mine = append(mine, ownership.Claim{Key: ch.Key, Owner: ch.To, Epoch: ch.Epoch})
+		}
+		if o.eng.Held(ch.From) || o.eng.Held(ch.To) {
+			o.proxyDirty = true
+		}
+		o.refreshKeyLocked(ch.Key)
+	}
+	if len(mine) > 0 && o.broadcast != nil {
+		o.broadcast(mine)
+	}
+	if o.proxyDirty {
+		o.refreshProxiesLocked()
+	}
+}
+
+func (o *owners) servicesOfLocked(key string) []string {
+	out := make([]string, 0, len(o.byKey[key]))
+	for s := range o.byKey[key] {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (o *owners) refreshKeyLocked(key string) {
+	for svc := range o.byKey[key] {
+		o.refreshServiceLocked(svc)
+	}
+}
+
+// refreshServiceLocked makes the announcer, metrics and logs match what this
+// node should do for svc, and queues its status when that changed.
+func (o *owners) refreshServiceLocked(svc string) {
+	e := o.services[svc]
+	prev, had := o.announced[svc]
+	want := false
+	var owner string
+	if e != nil && e.in.Reason == "" && e.in.Self && o.eng.Synced() {
+		var serving bool
+		owner, serving = o.eng.Owner(e.in.Key())
+		want = serving && owner == o.self
+	}
+	o.logUnannouncedLocked(svc, e)
+	if !want {
+		if had {
+			o.ann.DeleteBalancer(svc)
+			o.setAnnouncedMetric(svc, prev.ips, nil)
+			delete(o.announced, svc)
+			reason := string(election.ReasonNotOwner)
+			if e == nil {
+				reason = ReasonServiceDeleted
+			} else if e.in.Reason != "" {
+				reason = e.in.Reason
+			}
+			o.log.Info("serviceWithdrawn", "service", svc, "reason", reason, "owner", owner, "ips", prev.ips)
+		}
+		o.status(svc)
+		return
+	}
+	next := announced{ips: e.in.IPs}
+	if !e.in.AllInterfaces {
+		next.interfaces = e.in.Interfaces
+	}
+	if had && prev.equal(next) {
+		return
+	}
+	o.ann.SetBalancer(svc, next.ips, next.interfaces)
+	o.announced[svc] = next
+	o.setAnnouncedMetric(svc, prev.ips, next.ips)
+	o.log.Info("serviceAnnounced", "service", svc, "ips", next.ips, "pool", e.in.Pool, "interfaces", next.interfaces)
+	o.status(svc)
+	if had || (!o.started && !o.assigned[e.in.Key()]) {
+		// A restarted speaker resuming the IPs it owned assigns nothing;
+		// a transition to this node, or any new announcement once
+		// started, does.
+		return
+	}
+	ref := e.ref
+	o.events = append(o.events, func() {
+		o.recorder.Eventf(ref, nil, corev1.EventTypeNormal, EventNodeAssigned, "Announce",
+			"announcing from node %q with protocol %q", o.self, Protocol)
+	})
+	o.checkInterfacesLocked(svc, ref, next)
+}
+
+// checkInterfacesLocked warns when none of the advertisement's interfaces
+// exists here, and when this node's kernel would answer ARP for the IPs.
+func (o *owners) checkInterfacesLocked(svc string, ref *corev1.Service, next announced) {
+	if next.interfaces != nil {
+		have := o.ann.Interfaces()
+		if len(have) > 0 && !slices.ContainsFunc(next.interfaces, func(i string) bool { return slices.Contains(have, i) }) {
+			for _, ip := range next.ips {
+				o.events = append(o.events, func() {
+					o.recorder.Eventf(ref, nil, corev1.EventTypeWarning, EventAnnounceFailed, "Announce",
+						"the interfaces specified by LB IP %q doesn't exist in assigned node %q with protocol %q", ip.String(), o.self, Protocol)
+				})
+			}
+			o.log.Info("announceFailed: none of the advertisement's interfaces exists here", "service", svc, "interfaces", next.interfaces, "nodeInterfaces", have)
+		}
+	}
+	findings, err := o.ann.KernelARPFindings(next.ips)
+	if err != nil {
+		o.log.V(1).Info("cannot check whether the kernel answers ARP for the IPs", "service", svc, "error", err.Error())
+		return
+	}
+	for _, f := range findings {
+		o.log.Info("the kernel of this node answers ARP for a load-balancer IP", "service", svc, "ip", f.IP, "message", f.Message)
+		o.events = append(o.events, func() {
+			o.recorder.Eventf(ref, nil, corev1.EventTypeWarning, EventKernelAnswersARP, "Announce", "%s", f.Message)
+		})
+	}
+}
+
+// notAnnouncedReasons are the reasons that leave a Service unannounced by
+// every node and that an operator can fix (endpoints, advertisements, node
+// labels or conditions, pools); they are logged at info level once per change.
+// Reasons that are normal (other class, not a LoadBalancer) or already
+// reported elsewhere (noConfig: the config error) are not.
+var notAnnouncedReasons = map[string]bool{
+	election.ReasonNoCandidates:                true,
+	election.ReasonNoMatchingAdvertisement:     true,
+	election.ReasonNoReadyEndpoints:            true,
+	election.ReasonSharedIPWithServiceSelector: true,
+	ReasonIPNotAllowed:                         true,
+	ReasonInvalidIP:                            true,
+}
+
+// logUnannouncedLocked logs, once per change of reason, that no node
+// announces svc. Every speaker logs it (each sees the same inputs), which is
+// what an operator looking at any one speaker needs.
+func (o *owners) logUnannouncedLocked(svc string, e *svcEntry) {
+	reason := ""
+	if e != nil {
+		reason = e.in.Reason
+		if reason == "" && o.eng.Synced() {
+			if owner, serving := o.eng.Owner(e.in.Key()); owner == "" || !serving {
+				reason = election.ReasonNoCandidates
+			}
+		}
+	}
+	if !notAnnouncedReasons[reason] {
+		delete(o.unannounced, svc)
+		return
+	}
+	if o.unannounced[svc] == reason {
+		return
+	}
+	o.unannounced[svc] = reason
+	var ips []netip.Addr
+	pool := ""
+	if e != nil {
+		ips, pool = e.in.IPs, e.in.Pool
+	}
+	o.log.Info("serviceNotAnnounced: no node announces this Service", "service", svc, "reason", reason, "ips", ips, "pool", pool)
+}
+
+func (o *owners) setAnnouncedMetric(svc string, old, next []netip.Addr) {
+	for _, ip := range old {
+		if !slices.Contains(next, ip) {
+			o.metrics.announced.DeleteLabelValues(ip.String(), o.self, Protocol, svc)
+		}
+	}
+	for _, ip := range next {
+		o.metrics.announced.WithLabelValues(ip.String(), o.self, Protocol, svc).Set(1)
+	}
+}
+
+// refreshProxiesLocked makes this node answer, with the owner's MAC, for the
+// IPs of every held node it is the deputy of, and for no other.
+func (o *owners) refreshProxiesLocked() {
+	o.proxyDirty = false
+	want := map[string]proxied{}
+	for _, n := range o.eng.Nodes() {
+		if n == o.self || !o.eng.Held(n) || o.eng.Deputy(n) != o.self || len(o.macs[n]) == 0 {
+			continue
+		}
+		var ips []netip.Addr
+		for _, k := range o.eng.Owned(n) {
+			for svc := range o.byKey[k] {
+				if e := o.services[svc]; e != nil && e.in.Reason == "" {
+					ips = append(ips, e.in.IPs...)
+				}
+			}
+		}
+		slices.SortFunc(ips, netip.Addr.Compare)
+		want[n] = proxied{ips: slices.Compact(ips), macs: o.macs[n]}
+	}
+	total := 0
+	for n, p := range want {
+		total += len(p.ips)
+		if cur, ok := o.proxies[n]; ok && slices.Equal(cur.ips, p.ips) && macsEqual(cur.macs, p.macs) {
+			continue
+		}
+		o.ann.SetProxy("held/"+n, p.ips, p.macs)
+		o.log.Info("answering for a held node with its MAC", "node", n, "ips", p.ips, "macs", fmt.Sprint(p.macs))
+	}
+	for n := range o.proxies {
+		if _, ok := want[n]; !ok {
+			o.ann.DeleteProxy("held/" + n)
+			o.log.Info("no longer answering for node", "node", n)
+		}
+	}
+	o.proxies = want
+	o.metrics.proxied.Set(float64(total))
+}
+
+func macsEqual(a, b map[string]net.HardwareAddr) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || v.String() != w.String() {
+			return false
+		}
+	}
+	return true
+}
+
+// SetSpeaker records a member's liveness.
+func (o *owners) SetSpeaker(node string, s ownership.Speaker, now time.Time) {
+	o.do(func() []ownership.Change {
+		o.proxyDirty = true
+		return o.eng.SetSpeaker(node, s, now)
+	})
+}
+
+// SetPath records a data-path verdict; for PathUp, the interface and MAC the
+// node answered with (what a deputy answers with).
+func (o *owners) SetPath(node string, p ownership.Path, iface string, mac net.HardwareAddr) {
+	o.do(func() []ownership.Change {
+		if p == ownership.PathUp && iface != "" && len(mac) == 6 {
+			if o.macs[node] == nil {
+				o.macs[node] = map[string]net.HardwareAddr{}
+			}
+			if o.macs[node][iface].String() != mac.String() {
+				o.macs[node] = mapsWith(o.macs[node], iface, mac)
+			}
+		}
+		o.proxyDirty = true
+		return o.eng.SetPath(node, p)
+	})
+}
+
+func mapsWith(m map[string]net.HardwareAddr, k string, v net.HardwareAddr) map[string]net.HardwareAddr {
+	out := make(map[string]net.HardwareAddr, len(m)+1)
+	for a, b := range m {
+		out[a] = b
+	}
+	out[k] = v
+	return out
+}
+
+// Tick advances the clock (hold expiry) and refreshes the gauges.
+func (o *owners) Tick(now time.Time) {
+	o.do(func() []ownership.Change {
+		changes := o.eng.Tick(now)
+		if len(changes) > 0 {
+			o.proxyDirty = true
+		}
+		o.updateGaugesLocked()
+		return changes
+	})
+}
+
+func (o *owners) updateGaugesLocked() {
+	lo, hi, held := -1, 0, 0
+	for _, n := range o.eng.Nodes() {
+		if o.eng.Held(n) {
+			held++
+		}
+		if s, p := o.eng.Speaker(n); s == ownership.SpeakerGone || p == ownership.PathDown {
+			continue
+		}
+		l := o.eng.Load(n)
+		hi = max(hi, l)
+		if lo < 0 || l < lo {
+			lo = l
+		}
+	}
+	o.metrics.ownedMax.Set(float64(hi))
+	o.metrics.ownedMin.Set(float64(max(lo, 0)))
+	o.metrics.heldNodes.Set(float64(held))
+}
+
+// Merge folds claims from a peer.
+func (o *owners) Merge(claims []ownership.Claim) {
+	if len(claims) == 0 {
+		return
+	}
+	o.do(func() []ownership.Change {
+		o.proxyDirty = true
+		return o.eng.Merge(claims)
+	})
+}
+
+// Claims returns the replica, for push/pull.
+func (o *owners) Claims() []ownership.Claim {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.eng.Claims()
+}
+
+// Sync starts deciding. seeds are the owners ServiceL2Status records show,
+// by Service; they become epoch-0 claims, so any claim learned from a peer
+// wins over them.
+func (o *owners) Sync(now time.Time, seeds map[string]string) {
+	o.do(func() []ownership.Change {
+		var claims []ownership.Claim
+		for svc, node := range seeds {
+			if e := o.services[svc]; e != nil && e.in.Key() != "" {
+				claims = append(claims, ownership.Claim{Key: e.in.Key(), Owner: node})
+			}
+		}
+		changes := o.eng.Merge(claims)
+		return append(changes, o.eng.SetSynced(now)...)
+	})
+	// The keys this node owned before and still owns changed nothing: start
+	// announcing them too (without events: nothing was assigned).
+	o.do(func() []ownership.Change {
+		for svc := range o.services {
+			o.refreshServiceLocked(svc)
+		}
+		o.proxyDirty = true
+		o.started = true
+		return nil
+	})
+}
+
+// Synced reports whether Sync was called.
+func (o *owners) Synced() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.eng.Synced()
+}
+
+// Known reports whether the speaker has seen Service svc.
+func (o *owners) Known(svc string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	_, ok := o.services[svc]
+	return ok
+}
+
+// Interested reports whether this node needs a verdict on node's data path.
+func (o *owners) Interested(node string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.eng.Synced() && o.eng.Interested(node)
+}
+
+// Want is what this node does for svc, for the status writer.
+func (o *owners) Want(svc string) Want {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	a, ok := o.announced[svc]
+	if !ok {
+		return Want{}
+	}
+	return Want{Announce: true, AllInterfaces: a.interfaces == nil, Interfaces: a.interfaces}
+}
+
+// AnnouncingIP returns the Services this node announces that use ip.
+func (o *owners) AnnouncingIP(ip netip.Addr) []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []string
+	for svc, a := range o.announced {
+		if slices.Contains(a.ips, ip) {
+			out = append(out, svc)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Stop forgets the announced metrics (a stopped speaker announces nothing).
+func (o *owners) Stop() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for svc, a := range o.announced {
+		o.setAnnouncedMetric(svc, a.ips, nil)
+	}
+}
+
+// ServiceKeys returns every Service the speaker knows.
+func (o *owners) ServiceKeys() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]string, 0, len(o.services))
+	for s := range o.services {
+		out = append(out, s)
+	}
+	return out
+}

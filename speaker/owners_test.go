@@ -1,0 +1,245 @@
+package speaker
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	"github.com/ironlb/ironlb/internal/election"
+	"github.com/ironlb/ironlb/internal/layer2"
+	"github.com/ironlb/ironlb/internal/ownership"
+)
+
+// fakeAnnouncer records what the speaker tells the announcer.
+type fakeAnnouncer struct {
+	mu        sync.Mutex
+	balancers map[string][]netip.Addr
+	proxies   map[string]map[string]net.HardwareAddr
+}
+
+func newFakeAnnouncer() *fakeAnnouncer {
+	return &fakeAnnouncer{balancers: map[string][]netip.Addr{}, proxies: map[string]map[string]net.HardwareAddr{}}
+}
+
+func (f *fakeAnnouncer) SetBalancer(name string, ips []netip.Addr, _ []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.balancers[name] = ips
+}
+func (f *fakeAnnouncer) DeleteBalancer(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.balancers, name)
+}
+func (f *fakeAnnouncer) SetProxy(name string, _ []netip.Addr, macs map[string]net.HardwareAddr) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.proxies[name] = macs
+}
+func (f *fakeAnnouncer) DeleteProxy(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.proxies, name)
+}
+func (f *fakeAnnouncer) Interfaces() []string { return []string{"eth0"} }
+func (f *fakeAnnouncer) KernelARPFindings([]netip.Addr) ([]layer2.KernelARPFinding, error) {
+	return nil, nil
+}
+func (f *fakeAnnouncer) announces(name string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.balancers[name]
+	return ok
+}
+func (f *fakeAnnouncer) proxying(name string) map[string]net.HardwareAddr {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.proxies[name]
+}
+
+type nopRecorder struct{}
+
+func (nopRecorder) Eventf(runtime.Object, runtime.Object, string, string, string, string, ...any) {}
+func (nopRecorder) AnnotatedEventf(runtime.Object, runtime.Object, map[string]string, string, string, string, string, ...any) {
+}
+
+var _ recorder.EventRecorder = nopRecorder{}
+
+// testOwners is an owners for self in a synced cluster of live nodes.
+func testOwners(t *testing.T, self string, log logr.Logger, nodes ...string) (*owners, *fakeAnnouncer) {
+	t.Helper()
+	ann := newFakeAnnouncer()
+	o := newOwners(log, self, ownership.Options{Hold: 30 * time.Second}, ann, newMetrics(nil), nopRecorder{})
+	for _, n := range nodes {
+		o.SetSpeaker(n, ownership.SpeakerAlive, time.Now())
+	}
+	o.Sync(time.Now(), nil)
+	return o, ann
+}
+
+func input(ip string, eligible ...string) Input {
+	return Input{IPs: []netip.Addr{netip.MustParseAddr(ip)}, Pool: "p1", Eligible: eligible, Self: true, AllInterfaces: true}
+}
+
+// A Service nobody announces gets one info line per change of reason, not
+// one per reconcile; a normal state (some node announces) logs nothing.
+func TestNotAnnouncedLoggedOncePerReason(t *testing.T) {
+	var mu sync.Mutex
+	var lines []string
+	log := funcr.New(func(_, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if strings.Contains(args, "serviceNotAnnounced") {
+			lines = append(lines, args)
+		}
+	}, funcr.Options{})
+	o, _ := testOwners(t, "w1", log, "w1", "w2")
+	svc := lbService(testVIP)
+	key := "ns1/web"
+	reason := func(r string) Input { in := input(testVIP, "w1", "w2"); in.Reason, in.Eligible = r, nil; return in }
+	steps := []struct {
+		in      Input
+		newLine string // reason expected in a new log line, "" for none
+	}{
+		{reason(election.ReasonNoReadyEndpoints), election.ReasonNoReadyEndpoints},
+		{reason(election.ReasonNoReadyEndpoints), ""},
+		{reason(election.ReasonNoCandidates), election.ReasonNoCandidates},
+		{input(testVIP, "w1", "w2"), ""},
+		{input(testVIP, "w3"), election.ReasonNoCandidates}, // w3 is not a member
+		{input(testVIP, "w3"), ""},
+		{reason(election.ReasonNoMatchingAdvertisement), election.ReasonNoMatchingAdvertisement},
+		{Input{IPs: []netip.Addr{netip.MustParseAddr(testVIP)}, Reason: ReasonNoConfig}, ""},
+	}
+	for i, st := range steps {
+		mu.Lock()
+		before := len(lines)
+		mu.Unlock()
+		o.SetService(key, st.in, svc)
+		mu.Lock()
+		got := slices.Clone(lines[before:])
+		mu.Unlock()
+		switch {
+		case st.newLine == "" && len(got) != 0:
+			t.Errorf("step %d (%s): unexpected log %q", i, st.in.Reason, got)
+		case st.newLine != "" && (len(got) != 1 || !strings.Contains(got[0], `"reason"="`+st.newLine+`"`)):
+			t.Errorf("step %d: logs %q, want one serviceNotAnnounced line with reason %s", i, got, st.newLine)
+		}
+	}
+	o.SetService(key, Input{Reason: ReasonServiceDeleted}, nil)
+	if _, ok := o.unannounced[key]; ok {
+		t.Error("reason kept after the Service was deleted")
+	}
+}
+
+// A held node's IPs are answered by its deputy with its MAC; when its data
+// path goes down they move to the hash winner, which announces them itself.
+func TestHeldNodeDeputyThenTakeover(t *testing.T) {
+	nodes := []string{"w1", "w2", "w3"}
+	ip := "172.18.255.210"
+	rank := election.Rank(ip, nodes)
+	owner := rank[0]
+	all := make(map[string]*owners)
+	anns := make(map[string]*fakeAnnouncer)
+	for _, n := range nodes {
+		all[n], anns[n] = testOwners(t, n, logr.Discard(), nodes...)
+		all[n].SetService("ns1/web", input(ip, nodes...), lbService(ip))
+	}
+	if !anns[owner].announces("ns1/web") {
+		t.Fatalf("%s (hash winner, all loads equal) does not announce", owner)
+	}
+	mac, _ := net.ParseMAC("02:42:ac:12:00:09")
+	var deputy string
+	for _, n := range rank[1:] {
+		o := all[n]
+		o.SetSpeaker(owner, ownership.SpeakerGone, time.Now())
+		o.SetPath(owner, ownership.PathUp, "eth0", mac)
+		if d := o.eng.Deputy(owner); d == n {
+			deputy = n
+		}
+	}
+	if deputy == "" {
+		t.Fatal("no deputy among the survivors")
+	}
+	if got := anns[deputy].proxying("held/" + owner); got["eth0"].String() != mac.String() {
+		t.Fatalf("deputy %s proxies %v for %s, want eth0 -> %s", deputy, got, owner, mac)
+	}
+	for _, n := range rank[1:] {
+		if anns[n].announces("ns1/web") {
+			t.Fatalf("%s took the IP over while %s is held", n, owner)
+		}
+	}
+	for _, n := range rank[1:] {
+		all[n].SetPath(owner, ownership.PathDown, "", nil)
+	}
+	if !anns[rank[1]].announces("ns1/web") {
+		t.Fatalf("%s (next in hash order) did not take over after %s's data path went down", rank[1], owner)
+	}
+	if p := anns[deputy].proxying("held/" + owner); p != nil {
+		t.Errorf("deputy still proxies for a node that is down: %v", p)
+	}
+}
+
+// TestTakeoverDoesNotWaitForStatus: with the status writer stuck on an API
+// call that never returns, a takeover still reaches the announcer at once.
+func TestTakeoverDoesNotWaitForStatus(t *testing.T) {
+	scheme, _ := Scheme()
+	block := make(chan struct{})
+	defer close(block)
+	stuck := make(chan struct{}, 16)
+	c := fake.NewClientBuilder().WithScheme(scheme).WithInterceptorFuncs(interceptor.Funcs{
+		List: func(ctx context.Context, cl client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			stuck <- struct{}{}
+			<-block // an API server that never answers
+			return cl.List(ctx, list, opts...)
+		},
+	}).Build()
+	nodes := []string{"w1", "w2"}
+	ip := "172.18.255.211"
+	winner := election.Winner(ip, nodes)
+	self := map[string]string{"w1": "w2", "w2": "w1"}[winner]
+	o, ann := testOwners(t, self, logr.Discard(), nodes...)
+	w := &statusWriter{Client: c, apiRead: c, log: logr.Discard(), opts: Options{NodeName: self, Namespace: testNS}, own: o,
+		conflicts: newConflicts(), created: map[string]string{}}
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	defer q.ShutDown()
+	w.queue.Store(&q)
+	o.status = w.Enqueue
+	go func() {
+		for {
+			req, shut := q.Get()
+			if shut {
+				return
+			}
+			_, _ = w.Reconcile(context.Background(), req)
+			q.Done(req)
+		}
+	}()
+	o.SetService("ns1/web", input(ip, nodes...), lbService(ip))
+	select {
+	case <-stuck:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the status writer never called the API")
+	}
+	start := time.Now()
+	o.SetSpeaker(winner, ownership.SpeakerGone, time.Now())
+	o.SetPath(winner, ownership.PathDown, "", nil)
+	if !ann.announces("ns1/web") {
+		t.Fatal("the survivor does not announce while its status writer is stuck")
+	}
+	t.Logf("takeover applied %s after the owner's data path went down, status writer blocked", time.Since(start))
+}
