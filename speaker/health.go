@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,21 +16,21 @@ import (
 	"github.com/ironlb/ironlb/internal/ownership"
 )
 
-// Timings of the health loop. Polling memberlist every 50 ms sees a member
-// turn suspect (it missed a probe round, ~150-250 ms after a node dies) long
-// before memberlist's suspicion timeout declares it dead; the data-path probe
-// (3 probes 50 ms apart) then decides within 150 ms.
+// Timings of the health loop. The nodes whose verdict this speaker needs are
+// probed continuously: a probe round (layer2.Prober: 3 probes 50 ms apart)
+// every probeEvery; a node is down after missedRounds rounds without an
+// answer (~300-400 ms after it died), or after one once memberlist has also
+// declared it gone.
 const (
 	healthPoll = 50 * time.Millisecond
+	probeEvery = 100 * time.Millisecond
+	// missedRounds: one lost answer is not a dead node.
+	missedRounds = 2
 	// tickEvery drives hold expiry and the gauges.
 	tickEvery = 250 * time.Millisecond
 	// stallGap: a poll this late means this process was frozen (SIGSTOP,
 	// starved); its claims may be stale, so it re-syncs with peers at once.
 	stallGap = time.Second
-	// reprobeUp and reprobeDown pace the probes of a node that answered
-	// (held: catches its death during the hold) and of one that did not.
-	reprobeUp   = 500 * time.Millisecond
-	reprobeDown = time.Second
 )
 
 // prober is what health needs from layer2.Prober.
@@ -37,11 +38,13 @@ type prober interface {
 	Probe(ctx context.Context, addr netip.Addr) layer2.ProbeResult
 }
 
-// health feeds the ownership layer with who is alive: memberlist states,
-// polled so a suspect is seen early, and data-path verdicts for the members
-// that are not alive. The data path decides whether a node keeps its IPs:
-// a speaker that crashed, restarts or is frozen on a node whose kernel still
-// answers ARP/NDP for the node's address keeps them.
+// health feeds the ownership layer with who is alive: memberlist states and
+// data-path verdicts for the nodes this speaker may have to act for (their
+// deputy, or the next owner of one of their IPs). The data path decides
+// whether a node keeps its IPs: a speaker that crashed, restarts or is frozen
+// on a node whose kernel still answers ARP/NDP for the node's address keeps
+// them; a node whose kernel stops answering (dead, link or carrier lost)
+// loses them, whatever memberlist says.
 type health struct {
 	log    logr.Logger
 	self   string
@@ -59,6 +62,14 @@ type health struct {
 	addrs  map[string]netip.Addr // memberlist address, kept after the node left
 	probes map[string]context.CancelFunc
 	wg     sync.WaitGroup
+	// links lists this node's interfaces (the announcer's last scan), and
+	// linksChanged is kicked when they change: a node whose link comes back
+	// after a loss re-syncs its claims at once, because its IPs may have
+	// moved while it was cut off and it would otherwise answer for them
+	// until the next push/pull.
+	links        func() []layer2.Link
+	linksChanged chan struct{}
+
 	// polls counts completed polls: ownership must not decide before a
 	// poll that follows the initial join (see awaitPoll).
 	polls atomic.Uint64
@@ -82,18 +93,35 @@ func (h *health) run(ctx context.Context) {
 	h.addrs = map[string]netip.Addr{}
 	h.probes = map[string]context.CancelFunc{}
 	defer func() {
-		for _, cancel := range h.probes {
-			cancel()
-		}
+		h.mu.Lock()
+		h.stopProbes()
+		h.mu.Unlock()
 		h.wg.Wait()
 	}()
 	t := time.NewTicker(healthPoll)
 	defer t.Stop()
 	lastPoll, lastTick := time.Now(), time.Now()
+	carrier := h.carrier()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-h.linksChanged:
+			now := h.carrier()
+			for name, up := range now {
+				if up && !carrier[name] {
+					// Every verdict this speaker reached while cut off
+					// says more about its own link than about its peers.
+					h.log.Info("carrier back on an interface; forgetting data-path verdicts and re-syncing ownership claims", "interface", name)
+					h.mu.Lock()
+					h.stopProbes()
+					h.mu.Unlock()
+					go h.ml.Sync(3)
+					break
+				}
+			}
+			carrier = now
+			continue
 		case <-t.C:
 		}
 		now := time.Now()
@@ -109,6 +137,18 @@ func (h *health) run(ctx context.Context) {
 			lastTick = now
 		}
 	}
+}
+
+// carrier returns which interfaces have carrier.
+func (h *health) carrier() map[string]bool {
+	out := map[string]bool{}
+	if h.links == nil {
+		return out
+	}
+	for _, l := range h.links() {
+		out[l.Name] = l.Up && l.Carrier
+	}
+	return out
 }
 
 // poll reads the member states, reports changes, and starts or stops the
@@ -148,11 +188,11 @@ func (h *health) poll(ctx context.Context, now time.Time) {
 			go h.ml.Sync(1)
 		}
 	}
-	for name, st := range h.last {
+	for name := range h.last {
 		if name == h.self {
 			continue
 		}
-		need := st != ownership.SpeakerAlive && h.own.Interested(name)
+		need := h.own.Interested(name)
 		cancel, running := h.probes[name]
 		switch {
 		case need && !running:
@@ -166,7 +206,18 @@ func (h *health) poll(ctx context.Context, now time.Time) {
 		case !need && running:
 			cancel()
 			delete(h.probes, name)
+			// A verdict nobody refreshes goes stale: forget it.
+			h.own.SetPath(name, ownership.PathUnknown, "", nil)
 		}
+	}
+}
+
+// stopProbes stops every probe loop and forgets their verdicts. h.mu held.
+func (h *health) stopProbes() {
+	for name, cancel := range h.probes {
+		cancel()
+		delete(h.probes, name)
+		h.own.SetPath(name, ownership.PathUnknown, "", nil)
 	}
 }
 
@@ -186,6 +237,7 @@ func (h *health) probeLoop(ctx context.Context, node string) {
 	}
 	var last ownership.Path = -1
 	var lastMAC string
+	misses := 0
 	for ctx.Err() == nil {
 		h.mu.Lock()
 		gone := h.last[node] == ownership.SpeakerGone
@@ -194,20 +246,33 @@ func (h *health) probeLoop(ctx context.Context, node string) {
 		if ctx.Err() != nil {
 			return
 		}
+		if p == ownership.PathDown {
+			misses++
+			switch {
+			case misses < missedRounds && !gone:
+				p, reason = last, reason+" (round "+strconv.Itoa(misses)+")"
+			case h.ml.HealthScore() > 0 && !gone:
+				// Lifeguard says this speaker is itself missing acks
+				// (starved of CPU, or its own network is bad): its silence
+				// is not evidence against a member memberlist still sees.
+				p, reason = ownership.PathUnknown, reason+"; this speaker is degraded (health score "+strconv.Itoa(h.ml.HealthScore())+")"
+			}
+		} else {
+			misses = 0
+		}
+		if p == -1 {
+			p = ownership.PathUnknown
+		}
 		if p != last || mac.String() != lastMAC {
 			h.log.Info("data path of node", "node", node, "verdict", p.String(), "reason", reason,
 				"interface", iface, "mac", mac.String(), "targets", targets)
 			h.own.SetPath(node, p, iface, mac)
 			last, lastMAC = p, mac.String()
 		}
-		wait := reprobeUp
-		if p == ownership.PathDown {
-			wait = reprobeDown
-		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(wait):
+		case <-time.After(probeEvery):
 		}
 	}
 }

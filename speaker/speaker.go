@@ -243,6 +243,13 @@ func Run(ctx context.Context, opts Options) error {
 	if l2opts.Registerer == nil {
 		l2opts.Registerer = crmetrics.Registry
 	}
+	linksChanged := make(chan struct{}, 1)
+	l2opts.OnLinksChanged = func() {
+		select {
+		case linksChanged <- struct{}{}:
+		default:
+		}
+	}
 	ann := layer2.NewAnnouncer(log.WithName("layer2"), l2opts)
 	annCtx, stopAnn := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopAnn()
@@ -358,7 +365,9 @@ func Run(ctx context.Context, opts Options) error {
 		p := layer2.NewProber(log.WithName("prober"), layer2.ProberOptions{ExcludeInterfaces: opts.Layer2.ExcludeInterfaces})
 		defer func() { _ = p.Close() }()
 		h := &health{log: log.WithName("health"), self: opts.NodeName, ml: ml, own: own, prober: p, metrics: m,
-			nodeAddrs: func(ctx context.Context, node string) []netip.Addr { return nodeAddresses(ctx, mgr.GetClient(), node) }}
+			nodeAddrs:    func(ctx context.Context, node string) []netip.Addr { return nodeAddresses(ctx, mgr.GetClient(), node) },
+			links:        ann.Links,
+			linksChanged: linksChanged}
 		go h.run(ctx)
 		livenessKnown = h.awaitPoll
 	} else {
@@ -466,10 +475,19 @@ func (p *peerReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (re
 		addrs = append(addrs, net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(p.opts.MLBindPort)))
 	}
 	p.ml.SetPeers(addrs) // joins synchronously the peers not yet members
-	if !p.ready.Swap(true) {
-		p.log.Info("initial peer join done", "peers", len(addrs), "members", p.ml.Members())
+	if p.ready.Load() {
+		return reconcile.Result{}, nil
 	}
-	return reconcile.Result{}, nil
+	// The first join must reach a peer when there are any: its push/pull
+	// brings the current owners, and a speaker that decided alone would
+	// place every IP on itself. Speakers starting together retry until one
+	// answers (Run gives up waiting after a bound).
+	if members := p.ml.Members(); len(addrs) == 0 || len(members) > 1 {
+		p.ready.Store(true)
+		p.log.Info("initial peer join done", "peers", len(addrs), "members", members)
+		return reconcile.Result{}, nil
+	}
+	return reconcile.Result{RequeueAfter: 250 * time.Millisecond}, nil
 }
 
 // serviceKeyFromLabels maps a ServiceL2Status to its Service.
