@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,8 +19,9 @@ import (
 	"github.com/hashicorp/memberlist"
 )
 
-// fabric is the "network" between test members: real UDP/TCP on loopback, plus
-// a switch that makes a member vanish the way a crashed host does. A dead
+// fabric is the "network" between test members: real UDP/TCP on loopback (each
+// member of a cluster on its own 127.0.0.x address, like one host each), plus a
+// switch that makes a member vanish the way a crashed host does. A dead
 // member's packets are dropped both ways and TCP dials to it hang until their
 // timeout, as SYNs to a powered-off host do (no RST, no ICMP).
 type fabric struct {
@@ -65,9 +67,11 @@ type holeTransport struct {
 	closeOnce sync.Once
 }
 
-func newHoleTransport(f *fabric) (*holeTransport, error) {
+// newHoleTransport binds a NetTransport on ip (a loopback address) and a free
+// port.
+func newHoleTransport(f *fabric, ip string) (*holeTransport, error) {
 	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
-		BindAddrs: []string{"127.0.0.1"},
+		BindAddrs: []string{ip},
 		BindPort:  0,
 		Logger:    log.New(io.Discard, "", 0),
 	})
@@ -75,7 +79,7 @@ func newHoleTransport(f *fabric) (*holeTransport, error) {
 		return nil, err
 	}
 	t := &holeTransport{NetTransport: nt, f: f, in: make(chan *memberlist.Packet, 256), stop: make(chan struct{}), closingCh: make(chan struct{})}
-	t.self = fmt.Sprintf("127.0.0.1:%d", nt.GetAutoBindPort())
+	t.self = net.JoinHostPort(ip, strconv.Itoa(nt.GetAutoBindPort()))
 	go func() {
 		for {
 			select {
@@ -143,15 +147,22 @@ type member struct {
 	cancel context.CancelFunc
 }
 
-// startMember starts a List on a fresh loopback port behind the fabric.
+// startMember starts a List on a fresh port of 127.0.0.1 behind the fabric.
 func startMember(tb testing.TB, f *fabric, name string, opts Options, logger logr.Logger) *member {
 	tb.Helper()
-	tr, err := newHoleTransport(f)
+	return startMemberAt(tb, f, name, "127.0.0.1", opts, logger)
+}
+
+// startMemberAt starts a List on a fresh port of the loopback address ip behind
+// the fabric.
+func startMemberAt(tb testing.TB, f *fabric, name, ip string, opts Options, logger logr.Logger) *member {
+	tb.Helper()
+	tr, err := newHoleTransport(f, ip)
 	if err != nil {
 		tb.Fatalf("transport for %s: %v", name, err)
 	}
 	opts.NodeName = name
-	opts.BindAddr = "127.0.0.1"
+	opts.BindAddr = ip
 	opts.BindPort = tr.GetAutoBindPort()
 	opts.transport = tr
 	ctx, cancel := context.WithCancel(context.Background())
@@ -177,20 +188,45 @@ func (m *member) stop() {
 	<-m.list.Done()
 }
 
-// startCluster starts n members named n1..nN and joins them.
+// maxClusterSize: members of one test cluster get 127.0.0.1 to 127.0.0.254.
+const maxClusterSize = 254
+
+// loopbackIP is the address of the i-th member (1 to maxClusterSize) of a
+// test cluster. Linux routes all of 127.0.0.0/8 to lo, so no setup is needed.
+func loopbackIP(i int) string { return fmt.Sprintf("127.0.0.%d", i) }
+
+// startCluster starts n members and gives each the addresses of all as its
+// peers, as the speaker does; SetPeers joins them.
 func startCluster(tb testing.TB, f *fabric, n int, opts Options, logger logr.Logger) []*member {
 	tb.Helper()
-	var ms []*member
-	var addrs []string
-	for i := 1; i <= n; i++ {
-		m := startMember(tb, f, fmt.Sprintf("n%d", i), opts, logger)
-		ms = append(ms, m)
-		addrs = append(addrs, m.addr)
-	}
+	ms := startMembers(tb, f, n, opts, logger)
+	addrs := addrsOf(ms)
 	for _, m := range ms {
 		m.list.SetPeers(addrs)
 	}
 	return ms
+}
+
+// startMembers starts n members named n1..nN, member i on 127.0.0.i, not
+// joined to each other.
+func startMembers(tb testing.TB, f *fabric, n int, opts Options, logger logr.Logger) []*member {
+	tb.Helper()
+	if n > maxClusterSize {
+		tb.Fatalf("cluster of %d members: test clusters have at most %d (one 127.0.0.x address each)", n, maxClusterSize)
+	}
+	var ms []*member
+	for i := 1; i <= n; i++ {
+		ms = append(ms, startMemberAt(tb, f, fmt.Sprintf("n%d", i), loopbackIP(i), opts, logger))
+	}
+	return ms
+}
+
+func addrsOf(ms []*member) []string {
+	var out []string
+	for _, m := range ms {
+		out = append(out, m.addr)
+	}
+	return out
 }
 
 func names(ms []*member) []string {
@@ -208,24 +244,41 @@ func waitMembers(tb testing.TB, ms []*member, want []string, deadline time.Durat
 	tb.Helper()
 	end := time.Now().Add(deadline)
 	for {
-		ok := true
-		for _, m := range ms {
-			if !slices.Equal(m.list.Members(), want) {
-				ok = false
-				break
-			}
-		}
-		if ok {
+		if agree(ms, want) {
 			return
 		}
 		if time.Now().After(end) {
 			for _, m := range ms {
-				tb.Logf("%s sees %v", m.name, m.list.Members())
+				got := m.list.Members()
+				tb.Logf("%s sees %d members; missing %v, extra %v", m.name, len(got), minus(want, got), minus(got, want))
 			}
-			tb.Fatalf("members did not converge on %v within %s", want, deadline)
+			tb.Fatalf("%d members did not converge on %v within %s", len(ms), want, deadline)
 		}
-		time.Sleep(10 * time.Millisecond)
+		// Members() copies every node: poll big clusters less often, so the
+		// polling does not steal the CPU they need to converge.
+		time.Sleep(max(10*time.Millisecond, time.Duration(len(ms))*time.Millisecond))
 	}
+}
+
+// minus returns the names in a that are not in b.
+func minus(a, b []string) []string {
+	var out []string
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// agree tells whether every member in ms sees exactly want.
+func agree(ms []*member, want []string) bool {
+	for _, m := range ms {
+		if !slices.Equal(m.list.Members(), want) {
+			return false
+		}
+	}
+	return true
 }
 
 // testLogger logs to t only when -v, so memberlist chatter explains failures
