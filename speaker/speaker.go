@@ -265,7 +265,7 @@ func Run(ctx context.Context, opts Options) error {
 			return err
 		}
 		if keyPath != "" {
-			go watchKeyFile(ctx, log.WithName("membership"), keyPath, keyReloadInterval, key, ml.SetSecretKey)
+			go watchKeyFile(ctx, log.WithName("membership"), keyPath, keyReloadInterval, key, ml)
 		}
 	}
 
