@@ -197,6 +197,9 @@ func replace[T any](items []T, obj *T, name func(*T) string) []T {
 	return append(items, *obj)
 }
 
+// maxProblems is how many problems one admission response reports.
+const maxProblems = 20
+
 // verdict splits Parse's problems into those about the incoming object (the
 // rejection) and the rest (warnings).
 func (v *Validator) verdict(ctx context.Context, kind, name string, err error) (admission.Warnings, error) {
@@ -215,6 +218,15 @@ func (v *Validator) verdict(ctx context.Context, kind, name string, err error) (
 	}
 	if len(mine) == 0 {
 		return warnings, nil
+	}
+	// Each problem quotes a bounded value, but their number is the user's: an
+	// object with thousands of bad entries must not yield a response (and log
+	// line) of megabytes.
+	if n := len(mine); n > maxProblems {
+		mine = append(mine[:maxProblems], fmt.Errorf("... and %d more problems", n-maxProblems))
+	}
+	if n := len(warnings); n > maxProblems {
+		warnings = append(warnings[:maxProblems], fmt.Sprintf("... and %d more problems in the existing configuration", n-maxProblems))
 	}
 	rejected := errors.Join(mine...)
 	logf.FromContext(ctx).Info("rejecting invalid configuration", "kind", kind, "name", name, "namespace", v.Namespace, "reason", rejected.Error())
