@@ -122,11 +122,11 @@ func summarize(in io.Reader, out io.Writer, verbose, strict bool, allow allowed)
 		line := sc.Bytes()
 		var e event
 		if err := json.Unmarshal(line, &e); err != nil || (e.Action == "" && e.ImportPath == "") {
-			fmt.Fprintln(out, string(line)) // not an event: go vet or build chatter
+			_, _ = fmt.Fprintln(out, string(line)) // not an event: go vet or build chatter
 			continue
 		}
 		if verbose && e.Output != "" {
-			fmt.Fprint(out, e.Output)
+			_, _ = fmt.Fprint(out, e.Output)
 		}
 		switch {
 		case e.Action == "build-output":
@@ -200,7 +200,7 @@ func report(out io.Writer, p *pkgResult, strict bool, allow allowed) bool {
 		case "fail":
 			run++
 			failed++
-			fmt.Fprintf(out, "--- FAIL %s %s\n%s", p.name, name, strings.Join(t.output, ""))
+			_, _ = fmt.Fprintf(out, "--- FAIL %s %s\n%s", p.name, name, strings.Join(t.output, ""))
 		case "skip":
 			skipped++
 			if strict && !allow.allows(p.name, name) {
@@ -210,16 +210,16 @@ func report(out io.Writer, p *pkgResult, strict bool, allow allowed) bool {
 	}
 	good := p.action != "fail" && len(badSkips) == 0
 	if p.action == "fail" && failed == 0 {
-		fmt.Fprintf(out, "--- FAIL %s\n%s", p.name, strings.Join(p.output, ""))
+		_, _ = fmt.Fprintf(out, "--- FAIL %s\n%s", p.name, strings.Join(p.output, ""))
 	}
 	for _, s := range badSkips {
-		fmt.Fprintf(out, "--- SKIPPED IN CI (fails with CI=true; fix the prerequisite or list it in hack/ci-allowed-skips.txt) %s %s\n", p.name, s)
+		_, _ = fmt.Fprintf(out, "--- SKIPPED IN CI (fails with CI=true; fix the prerequisite or list it in hack/ci-allowed-skips.txt) %s %s\n", p.name, s)
 	}
 	status := "ok  "
 	if !good {
 		status = "FAIL"
 	}
-	fmt.Fprintf(out, "%s %-55s %4d run, %4d passed, %3d failed, %3d skipped  (%s)\n",
+	_, _ = fmt.Fprintf(out, "%s %-55s %4d run, %4d passed, %3d failed, %3d skipped  (%s)\n",
 		status, p.name, run, passed, failed, skipped, time.Duration(p.elapsed*float64(time.Second)).Round(10*time.Millisecond))
 	return good
 }

@@ -7,12 +7,12 @@
 //
 // A case file is a YAML list of cases:
 //
-//	- name: v6-default-route                 # unique in the corpus
-//	  setup: [<object>, ...]                 # created first, must be accepted
-//	  object: <object>                       # the object under test
-//	  want: reject | accept | event          # what must happen to it
-//	  contains: ["...", ...]                 # substrings of the error, the warnings or the event note
-//	  reason: AllocationFailed               # want: event only: the event's reason
+//   - name: v6-default-route                 # unique in the corpus
+//     setup: [<object>, ...]                 # created first, must be accepted
+//     object: <object>                       # the object under test
+//     want: reject | accept | event          # what must happen to it
+//     contains: ["...", ...]                 # substrings of the error, the warnings or the event note
+//     reason: AllocationFailed               # want: event only: the event's reason
 //
 // Objects of group metallb.io without a namespace go to the install namespace,
 // Services without one to the Service namespace. Before decoding, these texts are
@@ -24,6 +24,7 @@ package adversarial
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -340,8 +341,11 @@ func variables(ctx context.Context, c client.Client, env Env, cases []Case) (*st
 	pairs := []string{"${INSTALL_NS}", env.InstallNS, "${SERVICE_NS}", env.ServiceNS, "${LONG}", longGarbage()}
 	if uses("${SERVICE_CIDR}") {
 		var l networkingv1.ServiceCIDRList
-		if err := c.List(ctx, &l); err != nil || len(l.Items) == 0 || len(l.Items[0].Spec.CIDRs) == 0 {
-			return nil, fmt.Errorf("the corpus uses ${SERVICE_CIDR} but the cluster lists no ServiceCIDR (err %v)", err)
+		if err := c.List(ctx, &l); err != nil {
+			return nil, fmt.Errorf("listing ServiceCIDRs for ${SERVICE_CIDR}: %w", err)
+		}
+		if len(l.Items) == 0 || len(l.Items[0].Spec.CIDRs) == 0 {
+			return nil, errors.New("the corpus uses ${SERVICE_CIDR} but the cluster has no ServiceCIDR")
 		}
 		pairs = append(pairs, "${SERVICE_CIDR}", l.Items[0].Spec.CIDRs[0])
 	}
@@ -352,7 +356,7 @@ func variables(ctx context.Context, c client.Client, env Env, cases []Case) (*st
 		}
 		i := slices.IndexFunc(l.Items, func(n corev1.Node) bool { return len(n.Spec.PodCIDRs) > 0 })
 		if i < 0 {
-			return nil, fmt.Errorf("the corpus uses ${POD_CIDR} but no node has spec.podCIDRs")
+			return nil, errors.New("the corpus uses ${POD_CIDR} but no node has spec.podCIDRs")
 		}
 		pairs = append(pairs, "${POD_CIDR}", l.Items[i].Spec.PodCIDRs[0])
 	}
