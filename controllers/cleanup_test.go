@@ -207,7 +207,8 @@ func TestCleanupWithHookRBAC(t *testing.T) {
 
 // applyChartRBAC renders one template of the chart (bin/helm) into the harness's
 // install namespace and creates its Roles, ClusterRoles, admission policies and
-// their bindings, removed when the test ends. The ServiceAccounts are not created: tests impersonate them.
+// their bindings, removed when the test ends. ServiceAccounts and workloads are
+// not created: tests impersonate the accounts and run the code in process.
 func (h *harness) applyChartRBAC(template string) {
 	h.t.Helper()
 	root, _ := filepath.Abs("..")

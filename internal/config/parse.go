@@ -24,9 +24,11 @@ const (
 // Parse validates the pools and advertisements of the install namespace and returns
 // them as one Config. It checks everything MetalLB's parser checks: address syntax,
 // overlaps within and across pools, duplicate pools, empty pools, duplicate
-// namespaces, invalid and duplicate selectors, duplicate pool references. It does
-// not stop at the first problem: the error joins (errors.Join) one *FieldError per
-// problem, each naming the object, the field and the value.
+// namespaces, invalid and duplicate selectors, duplicate pool references; beyond
+// MetalLB it refuses entries touching addresses that can never be LoadBalancer IPs
+// (loopback, link-local, multicast, unspecified: reserved.go) and negative
+// priorities. It does not stop at the first problem: the error joins (errors.Join)
+// one *FieldError per problem, each naming the object, the field and the value.
 //
 // namespaces resolves spec.serviceAllocation.namespaceSelectors to names; with nil
 // namespaces the selectors are only checked for syntax. L2Advertisements naming a
