@@ -19,6 +19,12 @@
 // replaced: ${INSTALL_NS}, ${SERVICE_NS}, ${SERVICE_CIDR} (the first CIDR of the
 // first ServiceCIDR), ${POD_CIDR} (the first spec.podCIDRs entry of the first node
 // that has one), ${LONG} (64 KiB of garbage).
+//
+// The corpus is meant to be safe on a live cluster such as the lab: its objects have
+// names of their own, its pools do not auto-assign (Services name them or their
+// addresses), and the advertisements it accepts name a pool that does not exist or
+// select pools by a label no real pool has. Cases run one at a time; each deletes
+// what it created.
 package adversarial
 
 import (
