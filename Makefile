@@ -87,13 +87,23 @@ helm-check: $(HELM) ## Lint the chart and render it with default and non-default
 .PHONY: test
 test: tools verify-gen vet lint helm-check test-unit test-e2e ## Run every test: unit, fuzz seeds, envtest, lab smoke test, e2e suite (the README's test command).
 
+# Packages that need root and network namespaces or bring a lab up: run after the others
+# and one at a time (-p 1), so they never compete for the cores, under a timeout above
+# TestSmoke's own 12-minute budget.
+ROOT_PKGS := ./internal/layer2 ./speaker ./test/lab/...
+ROOT_PKGS_RE := /internal/layer2$$|/speaker$$|/test/lab(/|$$)
+# One line per package (tests run, passed, failed, skipped) and the output of failures;
+# with CI=true (.ci/run) a skip not listed in hack/ci-allowed-skips.txt fails the run.
+TEST_SUMMARY = go run ./hack/testsummary
+
 .PHONY: test-unit
-test-unit: ## Run the Go tests (envtest suites use the API server in ./bin).
-	go test ./... -count=1
+test-unit: ## Run the Go tests (envtest suites use the API server in ./bin); root/lab packages last, one at a time.
+	go test -json -count=1 -timeout 15m $$(go list ./... | grep -Ev '$(ROOT_PKGS_RE)') | $(TEST_SUMMARY)
+	go test -json -count=1 -timeout 25m -p 1 $(ROOT_PKGS) | $(TEST_SUMMARY)
 
 .PHONY: test-e2e
 test-e2e: build lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Run the e2e suite (root): brings the lab up, installs the chart, runs test/e2e, tears the lab down.
-	go test -tags e2e ./test/e2e -count=1 -v -timeout 20m $(E2E_FLAGS)
+	go test -json -tags e2e ./test/e2e -count=1 -v -timeout 20m $(E2E_FLAGS) | $(TEST_SUMMARY) -v
 
 .PHONY: bench-failover
 bench-failover: build lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Failover figures in the lab (root): hard kills (E2E_FAILOVER_KILLS=20) and graceful speaker restarts (E2E_GRACEFUL_RUNS=5) (docs/benchmarks-e2e.md).
@@ -191,4 +201,4 @@ lab-status: lab ## Show the lab's hosts, processes, memory and nodes.
 
 .PHONY: test-lab
 test-lab: lab $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Run the lab smoke test (root; brings a lab up and down).
-	go test ./test/lab/ -run TestSmoke -count=1 -v -timeout 15m
+	go test -json ./test/lab/ -run TestSmoke -count=1 -v -timeout 15m | $(TEST_SUMMARY) -v

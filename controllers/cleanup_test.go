@@ -3,6 +3,7 @@ package controllers_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,11 +11,13 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -140,42 +143,7 @@ func TestCleanup(t *testing.T) {
 // API server, the ServiceAccount impersonated), Cleanup succeeds.
 func TestCleanupWithHookRBAC(t *testing.T) {
 	h := newHarness(t)
-	root, _ := filepath.Abs("..")
-	helm := filepath.Join(root, "bin", "helm")
-	if _, err := os.Stat(helm); err != nil {
-		t.Skipf("needs %s (make bin/helm): %v", helm, err)
-	}
-	out, err := exec.Command(helm, "template", "ironlb", filepath.Join(root, "charts", "ironlb"), "--kube-version", "v1.37.1",
-		"--namespace", h.installNS, "--show-only", "templates/cleanup-hook.yaml").Output()
-	if err != nil {
-		t.Fatalf("helm template: %v", err)
-	}
-	for _, doc := range strings.Split(string(out), "\n---") {
-		var head struct {
-			Kind string `json:"kind"`
-		}
-		if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
-			t.Fatal(err)
-		}
-		var obj client.Object
-		switch head.Kind {
-		case "ClusterRole":
-			obj = &rbacv1.ClusterRole{}
-		case "ClusterRoleBinding":
-			obj = &rbacv1.ClusterRoleBinding{}
-		case "Role":
-			obj = &rbacv1.Role{}
-		case "RoleBinding":
-			obj = &rbacv1.RoleBinding{}
-		default:
-			continue // the ServiceAccount is impersonated; the Job is not run here
-		}
-		if err := yaml.Unmarshal([]byte(doc), obj); err != nil {
-			t.Fatal(err)
-		}
-		h.create(obj)
-		t.Cleanup(func() { _ = k8s.Delete(context.Background(), obj) })
-	}
+	h.applyChartRBAC("templates/cleanup-hook.yaml")
 
 	dep := controllerDeployment(h.installNS, "ironlb-controller")
 	h.create(dep)
@@ -190,8 +158,39 @@ func TestCleanupWithHookRBAC(t *testing.T) {
 		h.create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: h.installNS, Name: name}})
 	}
 
-	cfg := rest.CopyConfig(restCfg)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + h.installNS + ":ironlb-cleanup"}
+	cfg := h.impersonate("ironlb-cleanup")
+	hook, err := client.New(cfg, client.Options{Scheme: controllers.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// RBAC lets the hook patch any Service and the controller Deployment; the
+	// chart's admission policy limits it to what Cleanup does. The policy takes
+	// effect asynchronously: wait until a forbidden change (a new label value each
+	// try, harmless while it is still allowed) is denied.
+	var denied error
+	try := 0
+	h.eventually("the cleanup policy to deny a label change", func() (bool, string) {
+		try++
+		patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"labels":{"probe":"%d"}}}`, try))
+		denied = hook.Patch(h.ctx, h.get("ours"), patch)
+		return apierrors.IsInvalid(denied) || apierrors.IsForbidden(denied), fmt.Sprint(denied)
+	})
+	if !strings.Contains(denied.Error(), "the cleanup hook may only remove the annotation") {
+		t.Errorf("denied with %v", denied)
+	}
+	for what, patch := range map[string]string{
+		"change the spec":    `{"spec":{"externalTrafficPolicy":"Local"}}`,
+		"change annotations": `{"metadata":{"annotations":{"other":"x"}}}`,
+	} {
+		if err := hook.Patch(h.ctx, h.get("ours"), client.RawPatch(types.MergePatchType, []byte(patch))); err == nil {
+			t.Errorf("the cleanup hook could %s of a Service", what)
+		}
+	}
+	depPatch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"template":{"spec":{"containers":[{"name":"controller","image":"evil"}]}}}}`))
+	if err := hook.Patch(h.ctx, dep.DeepCopy(), depPatch); err == nil || !strings.Contains(err.Error(), "only scale the controller Deployment to 0") {
+		t.Errorf("changing the controller's image as the cleanup hook: %v, want denied", err)
+	}
+
 	var log bytes.Buffer
 	err = controllers.Cleanup(context.Background(), controllers.CleanupOptions{
 		Namespace: h.installNS, DeploymentName: dep.Name,
@@ -204,4 +203,60 @@ func TestCleanupWithHookRBAC(t *testing.T) {
 	if got := ingress(h.get("ours")); len(got) != 0 {
 		t.Errorf("ours: ingress %v after cleanup", got)
 	}
+}
+
+// applyChartRBAC renders one template of the chart (bin/helm) into the harness's
+// install namespace and creates its Roles, ClusterRoles, admission policies and
+// their bindings, removed when the test ends. ServiceAccounts and workloads are
+// not created: tests impersonate the accounts and run the code in process.
+func (h *harness) applyChartRBAC(template string) {
+	h.t.Helper()
+	root, _ := filepath.Abs("..")
+	helm := filepath.Join(root, "bin", "helm")
+	if _, err := os.Stat(helm); err != nil {
+		h.t.Skipf("needs %s (make bin/helm): %v", helm, err)
+	}
+	out, err := exec.Command(helm, "template", "ironlb", filepath.Join(root, "charts", "ironlb"), "--kube-version", "v1.37.1",
+		"--namespace", h.installNS, "--show-only", template).Output()
+	if err != nil {
+		h.t.Fatalf("helm template: %v", err)
+	}
+	for _, doc := range strings.Split(string(out), "\n---") {
+		var head struct {
+			Kind string `json:"kind"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
+			h.t.Fatal(err)
+		}
+		var obj client.Object
+		switch head.Kind {
+		case "ClusterRole":
+			obj = &rbacv1.ClusterRole{}
+		case "ClusterRoleBinding":
+			obj = &rbacv1.ClusterRoleBinding{}
+		case "Role":
+			obj = &rbacv1.Role{}
+		case "RoleBinding":
+			obj = &rbacv1.RoleBinding{}
+		case "ValidatingAdmissionPolicy":
+			obj = &admissionregistrationv1.ValidatingAdmissionPolicy{}
+		case "ValidatingAdmissionPolicyBinding":
+			obj = &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+		default:
+			continue
+		}
+		if err := yaml.Unmarshal([]byte(doc), obj); err != nil {
+			h.t.Fatal(err)
+		}
+		h.create(obj)
+		h.t.Cleanup(func() { _ = k8s.Delete(context.Background(), obj) })
+	}
+}
+
+// impersonate returns the test API server's config acting as the ServiceAccount
+// name of the install namespace.
+func (h *harness) impersonate(name string) *rest.Config {
+	cfg := rest.CopyConfig(restCfg)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + h.installNS + ":" + name}
+	return cfg
 }

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/ironlb/ironlb/api/v1beta1"
 	"github.com/ironlb/ironlb/internal/k8smetrics"
+	"github.com/ironlb/ironlb/internal/textlimit"
 )
 
 // configReconciler reloads the configuration whenever an IPAddressPool, an
@@ -79,12 +81,16 @@ func (r *configReconciler) isLeader() bool {
 	}
 }
 
+// maxLoggedProblems bounds the refused configuration's problems in one log line:
+// each quotes a bounded value, but a pool can have thousands of bad entries.
+const maxLoggedProblems = 8192
+
 func (r *configReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
 	k8smetrics.Updates.Inc()
 	if !r.isLeader() {
 		// Metrics only; the allocator is the leader's.
 		if _, err := r.state.check(ctx); err != nil {
-			logr.FromContextOrDiscard(ctx).Info("configuration refused", "reason", err.Error())
+			logr.FromContextOrDiscard(ctx).Info("configuration refused", "reason", textlimit.Note(err.Error(), maxLoggedProblems))
 		}
 		return reconcile.Result{}, nil
 	}
@@ -92,7 +98,7 @@ func (r *configReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (
 		k8smetrics.UpdateErrors.Inc()
 		// Not returned: retrying cannot fix a bad configuration; the next change
 		// of a watched object triggers a new attempt.
-		logr.FromContextOrDiscard(ctx).Error(err, "configuration refused, keeping the last valid one")
+		logr.FromContextOrDiscard(ctx).Error(errors.New(textlimit.Note(err.Error(), maxLoggedProblems)), "configuration refused, keeping the last valid one")
 	}
 	return reconcile.Result{}, nil
 }

@@ -5,6 +5,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
+
+	"github.com/ironlb/ironlb/internal/textlimit"
 )
 
 // Event reasons the controller emits on Services (UpperCamel, as Kubernetes does).
@@ -45,8 +47,9 @@ func (r *onChangeRecorder) emit(key string, obj runtime.Object, eventType, reaso
 	byReason[reason] = message
 	r.mu.Unlock()
 	// The message is passed as an argument, never as a format string: it may
-	// contain user-supplied annotation values with '%' in them.
-	r.rec.Eventf(obj, nil, eventType, reason, action, "%s", message)
+	// contain user-supplied annotation values with '%' in them. It is bounded:
+	// the API server refuses a longer note, and the event would be lost.
+	r.rec.Eventf(obj, nil, eventType, reason, action, "%s", textlimit.Note(message, textlimit.MaxEventNote))
 }
 
 // reset forgets what was emitted for key with these reasons, so the next such event

@@ -23,6 +23,7 @@ import (
 	"github.com/ironlb/ironlb/api/v1beta1"
 	"github.com/ironlb/ironlb/internal/allocator"
 	"github.com/ironlb/ironlb/internal/k8smetrics"
+	"github.com/ironlb/ironlb/internal/textlimit"
 )
 
 // Pool condition type and reasons written by the pool status reconciler.
@@ -128,5 +129,11 @@ func readyCondition(pool *v1beta1.IPAddressPool, inConfig bool, configErr, probl
 		c.Status, c.Reason = metav1.ConditionTrue, ReasonLoaded
 		c.Message = "addresses are allocated from this pool"
 	}
+	// The API server refuses a longer condition message, and with it the whole
+	// status update: a pool with thousands of bad entries would get no feedback.
+	c.Message = textlimit.Note(c.Message, maxConditionMessage)
 	return c
 }
+
+// maxConditionMessage is metav1.Condition's limit on Message.
+const maxConditionMessage = 32768

@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/ironlb/ironlb/api/v1beta1"
+	"github.com/ironlb/ironlb/internal/httpsec"
 )
 
 // Defaults, MetalLB's where MetalLB has one, so manifests and probes carry over.
@@ -72,6 +73,9 @@ type Options struct {
 	HealthProbeBindAddress string
 	// PprofBindAddress is host:port of Go's /debug/pprof endpoints ("" disables).
 	PprofBindAddress string
+	// EnableHTTP2 lets the webhook and metrics servers offer HTTP/2; off by default
+	// (internal/httpsec).
+	EnableHTTP2 bool
 
 	// WebhookMode is WebhookModeEnabled or WebhookModeDisabled.
 	WebhookMode string
@@ -161,7 +165,8 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	cfg.UserAgent = "ironlb-controller"
 
-	metricsOpts := metricsserver.Options{BindAddress: disabledIfZero(opts.MetricsBindAddress), SecureServing: opts.MetricsSecure, CertDir: opts.MetricsCertDir}
+	tlsOpts := httpsec.TLSOpts(opts.EnableHTTP2)
+	metricsOpts := metricsserver.Options{BindAddress: disabledIfZero(opts.MetricsBindAddress), SecureServing: opts.MetricsSecure, CertDir: opts.MetricsCertDir, TLSOpts: tlsOpts}
 	if opts.MetricsSecure {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
@@ -176,7 +181,7 @@ func Run(ctx context.Context, opts Options) error {
 		LeaderElectionID:              LeaderElectionID,
 		LeaderElectionNamespace:       opts.Namespace,
 		LeaderElectionReleaseOnCancel: true,
-		WebhookServer:                 webhook.NewServer(webhook.Options{Port: opts.WebhookPort, CertDir: opts.WebhookCertDir}),
+		WebhookServer:                 webhook.NewServer(webhook.Options{Port: opts.WebhookPort, CertDir: opts.WebhookCertDir, TLSOpts: tlsOpts}),
 		Cache: cache.Options{
 			// Pools and advertisements count only in the install namespace, so
 			// only those are watched; a look-alike object elsewhere has no effect.

@@ -84,7 +84,10 @@ func TestWebhookModeEnabled(t *testing.T) {
 	}
 	// The webhook server answers TLS at MetalLB's path (an empty body is a bad
 	// request, which is enough to show the handler is registered and serving).
-	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed, test only
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // self-signed, test only
+		ForceAttemptHTTP2: true,
+	}}
 	resp, err := c.Post(fmt.Sprintf("https://127.0.0.1:%d/validate-metallb-io-v1beta1-ipaddresspool", hookPort), "application/json", nil)
 	if err != nil {
 		t.Fatalf("calling the webhook: %v", err)
@@ -92,6 +95,11 @@ func TestWebhookModeEnabled(t *testing.T) {
 	_ = resp.Body.Close()
 	if resp.StatusCode == http.StatusNotFound {
 		t.Errorf("webhook path not served: %s", resp.Status)
+	}
+	// HTTP/2 is off unless --enable-http2 (rapid-reset advisories): a client
+	// offering h2 gets HTTP/1.1.
+	if resp.Proto != "HTTP/1.1" {
+		t.Errorf("the webhook server negotiated %s with a client offering h2, want HTTP/1.1", resp.Proto)
 	}
 
 	// The certificate Secret is owned by the controller Deployment, so the

@@ -14,7 +14,8 @@ import (
 )
 
 // A rotated key file (the kubelet swapping the mounted Secret) reaches the
-// running memberlist; a missing or empty file keeps the current key.
+// running memberlist, and the previous key is retired after the grace period; a
+// missing or empty file keeps the current key.
 func TestKeyFileReload(t *testing.T) {
 	dir := t.TempDir()
 	path := keyFilePath(dir)
@@ -49,7 +50,7 @@ func TestKeyFileReload(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		watchKeyFile(ctx, logr.Discard(), path, 20*time.Millisecond, key, l.SetSecretKey)
+		watchKeyFileRetiring(ctx, logr.Discard(), path, 20*time.Millisecond, 2*time.Second, key, l)
 	}()
 
 	waitKey := func(want string) {
@@ -65,6 +66,16 @@ func TestKeyFileReload(t *testing.T) {
 	waitKey("first key")
 	write("second key")
 	waitKey("second key")
+	// The first key is accepted for a while (peers that have not switched yet),
+	// then retired: a leaked old key stops working.
+	if n := l.NumKeys(); n != 2 {
+		t.Errorf("right after the rotation %d keys are accepted, want 2 (old and new)", n)
+	}
+	for deadline := time.Now().Add(30 * time.Second); l.NumKeys() != 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d keys still accepted 30s after the rotation, want the old one retired", l.NumKeys())
+		}
+	}
 
 	// Empty, then missing: the key in use stays; the next good file applies.
 	write("")

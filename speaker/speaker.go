@@ -47,6 +47,7 @@ import (
 
 	"github.com/ironlb/ironlb/api/v1beta1"
 	"github.com/ironlb/ironlb/internal/election"
+	"github.com/ironlb/ironlb/internal/httpsec"
 	"github.com/ironlb/ironlb/internal/layer2"
 	"github.com/ironlb/ironlb/internal/membership"
 	"github.com/ironlb/ironlb/internal/ownership"
@@ -134,6 +135,8 @@ type Options struct {
 	MetricsSecure      bool
 	// HealthProbeBindAddress serves /healthz and /readyz ("0" disables).
 	HealthProbeBindAddress string
+	// EnableHTTP2 lets the metrics server offer HTTP/2; off by default (internal/httpsec).
+	EnableHTTP2 bool
 
 	// RestConfig to reach the API server; nil uses controller-runtime's
 	// lookup: $KUBECONFIG if set, else in-cluster, else ~/.kube/config.
@@ -203,7 +206,7 @@ func Run(ctx context.Context, opts Options) error {
 		&v1beta1.ServiceL2Status{}: {Namespaces: nsOnly},
 		&corev1.Pod{}:              {Namespaces: nsOnly, Label: podSelector},
 	}}
-	metricsOpts := metricsserver.Options{BindAddress: opts.MetricsBindAddress, SecureServing: opts.MetricsSecure}
+	metricsOpts := metricsserver.Options{BindAddress: opts.MetricsBindAddress, SecureServing: opts.MetricsSecure, TLSOpts: httpsec.TLSOpts(opts.EnableHTTP2)}
 	if opts.MetricsBindAddress == "" {
 		metricsOpts.BindAddress = "0"
 	}
@@ -300,7 +303,7 @@ func Run(ctx context.Context, opts Options) error {
 		}
 		own.broadcast = broadcaster(ml)
 		if keyPath != "" {
-			go watchKeyFile(ctx, log.WithName("membership"), keyPath, keyReloadInterval, key, ml.SetSecretKey)
+			go watchKeyFile(ctx, log.WithName("membership"), keyPath, keyReloadInterval, key, ml)
 		}
 	}
 

@@ -27,12 +27,15 @@ type IPAddressPoolSpec struct {
 	// single address) or an inclusive range "start-end" ("192.168.9.1-192.168.9.5";
 	// spaces around the dash are ignored, start must not be after end, both of one
 	// family). IPv4 and IPv6 entries may be mixed in one pool, as dual-stack Services
-	// need. Entries must not overlap each other or the addresses of any other pool.
+	// need. Entries must not overlap each other, the addresses of any other pool or
+	// the cluster's pod and Service networks, and must not include loopback,
+	// link-local, multicast or unspecified addresses. The validating webhook checks
+	// the syntax with the parser the daemons use (no CEL rule: it would run first and
+	// hide the webhook's more precise message).
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=4096
 	// +kubebuilder:validation:items:MinLength=1
 	// +kubebuilder:validation:items:MaxLength=128
-	// +kubebuilder:validation:items:XValidation:rule="self.contains('-') ? (self.split('-').size() == 2 && isIP(self.split('-')[0].trim()) && isIP(self.split('-')[1].trim()) && ip(self.split('-')[0].trim()).family() == ip(self.split('-')[1].trim()).family()) : isCIDR(self.trim())",message="must be a CIDR such as 192.168.10.0/24 or a range of one family such as 192.168.9.1-192.168.9.5"
 	// +required
 	Addresses []string `json:"addresses"`
 

@@ -21,6 +21,7 @@ func newControllerCommand() *cobra.Command {
 		metricsHost, metricsCertDir, webhookCertDir, pprofAddr                      string
 		webhookSecret, webhookService, webhookConfig                                string
 		metricsPort, probePort, webhookPort, workers, burst                         int
+		enableHTTP2                                                                 bool
 		qps                                                                         float32
 		leaderElect, metricsSecure, webhookWriteCerts                               bool
 	)
@@ -53,6 +54,7 @@ Flags and environment variables are MetalLB's where MetalLB has them.`,
 				MetricsCertDir:           metricsCertDir,
 				HealthProbeBindAddress:   hostPort("", probePort),
 				PprofBindAddress:         pprofAddr,
+				EnableHTTP2:              enableHTTP2,
 				WebhookMode:              webhookMode,
 				WebhookPort:              webhookPort,
 				WebhookCertDir:           webhookCertDir,
@@ -92,6 +94,7 @@ Flags and environment variables are MetalLB's where MetalLB has them.`,
 	f.BoolVar(&metricsSecure, "metrics-secure", true, "serve metrics over HTTPS and allow only clients whose token may GET /metrics (TokenReview + SubjectAccessReview), as MetalLB does; false serves plain HTTP")
 	f.StringVar(&metricsCertDir, "metrics-cert-dir", "", "directory with tls.crt and tls.key for the metrics endpoint; default a self-signed certificate")
 	f.IntVar(&probePort, "health-probe-port", controllers.DefaultHealthProbePort, "port of the /healthz (liveness) and /readyz (readiness) probes; 0 disables")
+	f.BoolVar(&enableHTTP2, "enable-http2", false, "let the webhook and metrics servers offer HTTP/2; off because of the HTTP/2 stream-reset attacks (CVE-2023-44487, CVE-2023-39325), and HTTP/1.1 serves their clients as well")
 	f.StringVar(&pprofAddr, "pprof-bind-address", "", "host:port serving Go's /debug/pprof profiles, for diagnosing CPU or memory use; empty disables")
 	f.StringVar(&webhookMode, "webhook-mode", controllers.WebhookModeEnabled, "enabled: serve the validating webhooks and rotate their certificate; disabled: do not")
 	f.IntVar(&webhookPort, "webhook-port", controllers.DefaultWebhookPort, "HTTPS port of the validating webhooks")

@@ -38,6 +38,7 @@ func newSpeakerCommand() *cobra.Command {
 		logLevel      string
 		metricsPort   int
 		healthPort    int
+		healthHost    string
 		excludeIfaces []string
 		ml            = membership.DefaultOptions()
 		l2            layer2.Options
@@ -63,7 +64,7 @@ MetalLB speaker Pod spec works unchanged.`,
 			o.Logger = logger
 			o.Membership = ml
 			o.MetricsBindAddress = hostPort("", metricsPort)
-			o.HealthProbeBindAddress = hostPort("", healthPort)
+			o.HealthProbeBindAddress = hostPort(healthHost, healthPort)
 			if l2.ExcludeInterfaces, err = layer2.CompileExcludes(nonEmpty(excludeIfaces)); err != nil {
 				return fmt.Errorf("--exclude-interfaces: %w", err)
 			}
@@ -94,6 +95,9 @@ MetalLB speaker Pod spec works unchanged.`,
 		"Prometheus metrics port (HTTPS with Kubernetes authentication and authorization unless --metrics-secure=false); 0 disables")
 	f.BoolVar(&o.MetricsSecure, "metrics-secure", true, "serve metrics over HTTPS with authn/authz (false: plain HTTP)")
 	f.IntVar(&healthPort, "health-probe-port", speakerEnvInt("METALLB_HEALTH_PROBE_PORT", 17472), "port of /healthz and /readyz; 0 disables")
+	f.StringVar(&healthHost, "health-probe-host", "127.0.0.1",
+		"address /healthz and /readyz listen on; the speaker shares the node's network, so the default keeps them off the node's other addresses (the kubelet probes 127.0.0.1); empty listens on every address")
+	f.BoolVar(&o.EnableHTTP2, "enable-http2", false, "let the metrics server offer HTTP/2; off because of the HTTP/2 stream-reset attacks (CVE-2023-44487, CVE-2023-39325)")
 
 	// memberlist
 	f.BoolVar(&o.DisableMemberlist, "disable-memberlist", false,

@@ -36,6 +36,8 @@ func TestSpeakerFlagsFromEnvironment(t *testing.T) {
 		"ml-secret-key-path": "/etc/ml_secret_key",
 		"ml-probe-interval":  (300 * time.Millisecond).String(),
 		"garp-interval":      (1100 * time.Millisecond).String(),
+		"health-probe-host":  "127.0.0.1", // not every address of the node
+		"enable-http2":       "false",
 	}
 	for name, v := range want {
 		f := cmd.Flags().Lookup(name)

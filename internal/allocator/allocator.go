@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/ironlb/ironlb/internal/config"
+	"github.com/ironlb/ironlb/internal/textlimit"
 )
 
 // Stats are a pool's address counts per family. Available counts the free
@@ -239,8 +240,8 @@ func (a *Allocator) Allocate(key string, req Request) (ips []netip.Addr, pool st
 		candidates = a.autoPools(nreq)
 		if len(candidates) == 0 {
 			return nil, "", errorf(ReasonNoAvailableIPs, key, netip.Addr{}, "",
-				"no available IPs: no pool with autoAssign serves namespace %q and labels %q (pools with serviceAllocation that does not match are not used)",
-				nreq.Namespace, labels.Set(nreq.Labels).String())
+				"no available IPs: no pool with autoAssign serves namespace %q and labels %s (pools with serviceAllocation that does not match are not used)",
+				nreq.Namespace, textlimit.Quote(labels.Set(nreq.Labels).String()))
 		}
 	}
 	got, p := a.pick(key, nreq, candidates)
@@ -342,8 +343,8 @@ func poolAllowed(p *poolState, req Request) *Error {
 	}
 	if sa := p.cfg.ServiceAllocation; sa != nil && !serviceAllocationMatches(sa, req) {
 		return errorf(ReasonPoolNotAllowed, "", netip.Addr{}, p.name,
-			"pool %q serviceAllocation does not admit namespace %q with labels %q",
-			p.name, req.Namespace, labels.Set(req.Labels).String())
+			"pool %q serviceAllocation does not admit namespace %q with labels %s",
+			p.name, req.Namespace, textlimit.Quote(labels.Set(req.Labels).String()))
 	}
 	return nil
 }
@@ -657,11 +658,11 @@ func (a *Allocator) checkSharing(key string, ip netip.Addr, req Request) *Error 
 				"address %s is already in use by %s: new service does not allow sharing (no %s annotation)", ip, h, AnnotationAllowSharedIP)
 		case req.SharingKey != o.SharingKey:
 			return errorf(ReasonSharingConflict, key, ip, e.span.pool.name,
-				"address %s is shared by %s: sharing key %q does not match existing sharing key %q", ip, h, req.SharingKey, o.SharingKey)
+				"address %s is shared by %s: sharing key %s does not match existing sharing key %s", ip, h, textlimit.Quote(req.SharingKey), textlimit.Quote(o.SharingKey))
 		case req.BackendKey != o.BackendKey:
 			return errorf(ReasonSharingConflict, key, ip, e.span.pool.name,
-				"address %s is shared by %s: backend key %q does not match existing backend key %q (externalTrafficPolicy Local services share only with the same selector)",
-				ip, h, req.BackendKey, o.BackendKey)
+				"address %s is shared by %s: backend key %s does not match existing backend key %s (externalTrafficPolicy Local services share only with the same selector)",
+				ip, h, textlimit.Quote(req.BackendKey), textlimit.Quote(o.BackendKey))
 		}
 		for _, p := range req.Ports {
 			if slices.Contains(o.Ports, p) {

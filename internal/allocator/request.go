@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/ironlb/ironlb/internal/textlimit"
 )
 
 // Service annotations, MetalLB-compatible. The legacy metallb.universe.tf/
@@ -87,7 +89,7 @@ func ParseService(svc *corev1.Service) (Request, []Warning, error) {
 		ips, err := parseIPList(ipsValue)
 		if err != nil {
 			return Request{}, warns, errorf(ReasonInvalidAnnotation, key, netip.Addr{}, "",
-				"annotation %s %q: %v", ipsName, ipsValue, err)
+				"annotation %s %s: %v", ipsName, textlimit.Quote(ipsValue), err)
 		}
 		req.IPs = ips
 	}
@@ -95,7 +97,7 @@ func ParseService(svc *corev1.Service) (Request, []Warning, error) {
 		ip, err := parseIP(f)
 		if err != nil {
 			return Request{}, warns, errorf(ReasonInvalidAnnotation, key, netip.Addr{}, "",
-				"spec.loadBalancerIP %q: %v", svc.Spec.LoadBalancerIP, err)
+				"spec.loadBalancerIP %s: %v", textlimit.Quote(svc.Spec.LoadBalancerIP), err)
 		}
 		warns = append(warns, Warning{Reason: WarningDeprecatedField, Message: fmt.Sprintf(
 			"spec.loadBalancerIP is deprecated, use annotation %s", AnnotationLoadBalancerIPs)})
@@ -104,8 +106,8 @@ func ParseService(svc *corev1.Service) (Request, []Warning, error) {
 			req.IPs = []netip.Addr{ip}
 		case !slices.Contains(req.IPs, ip):
 			return Request{}, warns, errorf(ReasonInvalidAnnotation, key, ip, "",
-				"spec.loadBalancerIP %q conflicts with annotation %s %q: remove the deprecated field",
-				svc.Spec.LoadBalancerIP, ipsName, ipsValue)
+				"spec.loadBalancerIP %s conflicts with annotation %s %s: remove the deprecated field",
+				textlimit.Quote(svc.Spec.LoadBalancerIP), ipsName, textlimit.Quote(ipsValue))
 		}
 	}
 
@@ -114,7 +116,7 @@ func ParseService(svc *corev1.Service) (Request, []Warning, error) {
 		if v != "" {
 			if errs := validation.IsDNS1123Subdomain(v); len(errs) > 0 {
 				return Request{}, warns, errorf(ReasonInvalidAnnotation, key, netip.Addr{}, "",
-					"annotation %s %q: not a valid pool name: %s", name, v, strings.Join(errs, "; "))
+					"annotation %s %s: not a valid pool name: %s", name, textlimit.Quote(v), strings.Join(errs, "; "))
 			}
 			req.Pool = v
 		}
@@ -140,9 +142,9 @@ func ParseService(svc *corev1.Service) (Request, []Warning, error) {
 	if err != nil {
 		err.Key = key
 		if ipsSet {
-			err.Message = fmt.Sprintf("annotation %s %q: %s", ipsName, ipsValue, err.Message)
+			err.Message = fmt.Sprintf("annotation %s %s: %s", ipsName, textlimit.Quote(ipsValue), err.Message)
 		} else if svc.Spec.LoadBalancerIP != "" {
-			err.Message = fmt.Sprintf("spec.loadBalancerIP %q: %s", svc.Spec.LoadBalancerIP, err.Message)
+			err.Message = fmt.Sprintf("spec.loadBalancerIP %s: %s", textlimit.Quote(svc.Spec.LoadBalancerIP), err.Message)
 		}
 		return Request{}, warns, err
 	}
@@ -175,13 +177,13 @@ func annotation(svc *corev1.Service, name string, warns *[]Warning) (used, value
 func parseIP(s string) (netip.Addr, error) {
 	ip, err := netip.ParseAddr(s)
 	if err != nil {
-		return netip.Addr{}, fmt.Errorf("%q is not an IP address", s)
+		return netip.Addr{}, fmt.Errorf("%s is not an IP address", textlimit.Quote(s))
 	}
 	if ip.Zone() != "" {
-		return netip.Addr{}, fmt.Errorf("%q: zoned addresses are not allowed", s)
+		return netip.Addr{}, fmt.Errorf("%s: zoned addresses are not allowed", textlimit.Quote(s))
 	}
 	if ip.Is4In6() {
-		return netip.Addr{}, fmt.Errorf("%q: IPv4-mapped IPv6 addresses are not allowed, write %s", s, ip.Unmap())
+		return netip.Addr{}, fmt.Errorf("%s: IPv4-mapped IPv6 addresses are not allowed, write %s", textlimit.Quote(s), ip.Unmap())
 	}
 	return ip, nil
 }

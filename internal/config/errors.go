@@ -1,6 +1,15 @@
 package config
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/ironlb/ironlb/internal/textlimit"
+)
+
+// maxErrText bounds the text of one problem: values are quoted with
+// textlimit.Quote, but a selector or a Kubernetes validation message may still
+// carry a long value, and the webhook returns several problems in one response.
+const maxErrText = 512
 
 // FieldError is one problem found by Parse: which object, which field, and what is
 // wrong with the value. Parse joins every FieldError it finds with errors.Join, so
@@ -17,7 +26,7 @@ type FieldError struct {
 }
 
 func (e *FieldError) Error() string {
-	return fmt.Sprintf("%s %q: %s: %v", e.Kind, e.Name, e.Field, e.Err)
+	return fmt.Sprintf("%s %q: %s: %s", e.Kind, e.Name, e.Field, textlimit.Note(e.Err.Error(), maxErrText))
 }
 
 func (e *FieldError) Unwrap() error { return e.Err }

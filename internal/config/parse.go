@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/ironlb/ironlb/api/v1beta1"
+	"github.com/ironlb/ironlb/internal/textlimit"
 )
 
 const (
@@ -23,9 +24,11 @@ const (
 // Parse validates the pools and advertisements of the install namespace and returns
 // them as one Config. It checks everything MetalLB's parser checks: address syntax,
 // overlaps within and across pools, duplicate pools, empty pools, duplicate
-// namespaces, invalid and duplicate selectors, duplicate pool references. It does
-// not stop at the first problem: the error joins (errors.Join) one *FieldError per
-// problem, each naming the object, the field and the value.
+// namespaces, invalid and duplicate selectors, duplicate pool references; beyond
+// MetalLB it refuses entries touching addresses that can never be LoadBalancer IPs
+// (loopback, link-local, multicast, unspecified: reserved.go) and negative
+// priorities. It does not stop at the first problem: the error joins (errors.Join)
+// one *FieldError per problem, each naming the object, the field and the value.
 //
 // namespaces resolves spec.serviceAllocation.namespaceSelectors to names; with nil
 // namespaces the selectors are only checked for syntax. L2Advertisements naming a
@@ -124,9 +127,14 @@ func parsePool(src *v1beta1.IPAddressPool, namespaces []corev1.Namespace) (*Pool
 	}
 	entries := make([]addressEntry, 0, len(src.Spec.Addresses))
 	for i, s := range src.Spec.Addresses {
+		path := fmt.Sprintf("spec.addresses[%d]", i)
 		r, err := ParseAddresses(s)
 		if err != nil {
-			e.wrap(fmt.Sprintf("spec.addresses[%d]", i), err)
+			e.wrap(path, err)
+			continue
+		}
+		if err := checkReserved(r); err != nil {
+			e.add(path, "%s %w", textlimit.Quote(s), err)
 			continue
 		}
 		pool.Ranges = append(pool.Ranges, r)
@@ -145,14 +153,17 @@ func parsePool(src *v1beta1.IPAddressPool, namespaces []corev1.Namespace) (*Pool
 func parseServiceAllocation(e *errs, sa *v1beta1.ServiceAllocation, namespaces []corev1.Namespace) *ServiceAllocation {
 	const field = "spec.serviceAllocation"
 	out := &ServiceAllocation{Priority: sa.Priority, Namespaces: sets.New[string]()}
+	if sa.Priority < 0 {
+		e.add(field+".priority", "priority %d is negative: 1 is the highest priority, 0 (or unset) the lowest", sa.Priority)
+	}
 	for i, ns := range sa.Namespaces {
 		path := fmt.Sprintf("%s.namespaces[%d]", field, i)
 		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
-			e.add(path, "invalid namespace name %q: %s", ns, strings.Join(msgs, "; "))
+			e.add(path, "invalid namespace name %s: %s", textlimit.Quote(ns), strings.Join(msgs, "; "))
 			continue
 		}
 		if out.Namespaces.Has(ns) {
-			e.add(path, "duplicate definition in namespaces field: %q", ns)
+			e.add(path, "duplicate definition in namespaces field: %s", textlimit.Quote(ns))
 			continue
 		}
 		out.Namespaces.Insert(ns)
@@ -232,7 +243,7 @@ func parseL2Advertisement(src *v1beta1.L2Advertisement, poolLabels map[string]la
 		case p == "":
 			e.add(path, "empty pool name")
 		case named.Has(p):
-			e.add(path, "duplicate definition of ipAddressPools %q", p)
+			e.add(path, "duplicate definition of ipAddressPools %s", textlimit.Quote(p))
 		default:
 			named.Insert(p)
 			if _, ok := poolLabels[p]; ok { // Pools that do not exist are ignored.
@@ -264,7 +275,7 @@ func parseL2Advertisement(src *v1beta1.L2Advertisement, poolLabels map[string]la
 	seenIf := sets.New[string]()
 	for i, name := range src.Spec.Interfaces {
 		if err := validInterfaceName(name); err != nil {
-			e.add(fmt.Sprintf("spec.interfaces[%d]", i), "invalid interface name %q: %w", name, err)
+			e.add(fmt.Sprintf("spec.interfaces[%d]", i), "invalid interface name %s: %w", textlimit.Quote(name), err)
 			continue
 		}
 		if !seenIf.Has(name) { // A repeated name means the same thing: keep one.

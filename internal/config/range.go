@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/ironlb/ironlb/internal/textlimit"
 )
 
 // ParseAddresses parses one entry of an IPAddressPool's spec.addresses: a CIDR
@@ -14,8 +16,8 @@ import (
 // be after end. Zones and IPv4-mapped IPv6 addresses are refused: they would make
 // the family of the entry ambiguous.
 //
-// The error message names the entry as written (MetalLB's wording: `invalid CIDR
-// %q`, `invalid IP range %q: ...`).
+// The error message names the entry as written, bounded by textlimit.Quote
+// (MetalLB's wording: `invalid CIDR %q`, `invalid IP range %q: ...`).
 func ParseAddresses(s string) (Range, error) {
 	entry := strings.TrimSpace(s)
 	if !strings.Contains(entry, "-") {
@@ -23,39 +25,41 @@ func ParseAddresses(s string) (Range, error) {
 	}
 	start, end, _ := strings.Cut(entry, "-")
 	start, end = strings.TrimSpace(start), strings.TrimSpace(end)
+	q, qStart, qEnd := textlimit.Quote(s), textlimit.Quote(start), textlimit.Quote(end)
 	first, err := parseAddr(start)
 	if err != nil {
-		return Range{}, fmt.Errorf("invalid IP range %q: invalid start IP %q: %w", s, start, err)
+		return Range{}, fmt.Errorf("invalid IP range %s: invalid start IP %s: %w", q, qStart, err)
 	}
 	last, err := parseAddr(end)
 	if err != nil {
-		return Range{}, fmt.Errorf("invalid IP range %q: invalid end IP %q: %w", s, end, err)
+		return Range{}, fmt.Errorf("invalid IP range %s: invalid end IP %s: %w", q, qEnd, err)
 	}
 	if first.Is4() != last.Is4() {
-		return Range{}, fmt.Errorf("invalid IP range %q: start IP %q and end IP %q are of different families", s, start, end)
+		return Range{}, fmt.Errorf("invalid IP range %s: start IP %s and end IP %s are of different families", q, qStart, qEnd)
 	}
 	if first.Compare(last) > 0 {
-		return Range{}, fmt.Errorf("invalid IP range %q: start IP %q is after the end IP %q", s, start, end)
+		return Range{}, fmt.Errorf("invalid IP range %s: start IP %s is after the end IP %s", q, qStart, qEnd)
 	}
 	return Range{First: first, Last: last}, nil
 }
 
 func parseCIDR(raw, entry string) (Range, error) {
+	q := textlimit.Quote(raw)
 	if entry == "" {
-		return Range{}, fmt.Errorf("invalid CIDR %q: empty", raw)
+		return Range{}, fmt.Errorf("invalid CIDR %s: empty", q)
 	}
 	if !strings.Contains(entry, "/") {
 		if a, err := netip.ParseAddr(entry); err == nil {
-			return Range{}, fmt.Errorf("invalid CIDR %q: no prefix length (write %s/%d for a single address)", raw, a.WithZone(""), a.BitLen())
+			return Range{}, fmt.Errorf("invalid CIDR %s: no prefix length (write %s/%d for a single address)", q, a.WithZone(""), a.BitLen())
 		}
-		return Range{}, fmt.Errorf("invalid CIDR %q", raw)
+		return Range{}, fmt.Errorf("invalid CIDR %s", q)
 	}
 	p, err := netip.ParsePrefix(entry)
 	if err != nil {
-		return Range{}, fmt.Errorf("invalid CIDR %q: %w", raw, unwrapParseError(err))
+		return Range{}, fmt.Errorf("invalid CIDR %s: %w", q, unwrapParseError(err))
 	}
 	if p.Addr().Is4In6() {
-		return Range{}, fmt.Errorf("invalid CIDR %q: IPv4-mapped IPv6 addresses are not supported, write the IPv4 CIDR", raw)
+		return Range{}, fmt.Errorf("invalid CIDR %s: IPv4-mapped IPv6 addresses are not supported, write the IPv4 CIDR", q)
 	}
 	p = p.Masked()
 	return Range{First: p.Addr(), Last: lastAddr(p)}, nil

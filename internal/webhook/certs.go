@@ -37,6 +37,10 @@ const (
 // tls.key unless told otherwise.
 var DefaultCertDir = filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs")
 
+// The chart narrows these to the certificate Secret and the webhook configuration
+// by name (resourceNames); only create cannot be narrowed. The rotator's list and
+// watch carry a metadata.name field selector (scopeToNames) so that works.
+//
 // +kubebuilder:rbac:groups="",namespace=metallb-system,resources=secrets,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=apps,namespace=metallb-system,resources=deployments,verbs=get
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;list;watch;update
@@ -123,7 +127,7 @@ func SetupCertRotation(mgr manager.Manager, opts CertOptions) (<-chan struct{}, 
 		// numbered name; the first keeps the plain one its metrics are known by.
 		ControllerName: rotatorName(),
 	}
-	if err := rotator.AddRotator(mgr, r); err != nil {
+	if err := rotator.AddRotator(scopeToNames(mgr, secret.Namespace, secret.Name, opts.WebhookConfigurationName), r); err != nil {
 		return nil, fmt.Errorf("webhook certificates: adding rotator: %w", err)
 	}
 	if opts.WriteCertDir {

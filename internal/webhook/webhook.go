@@ -11,9 +11,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -40,6 +43,8 @@ const (
 // +kubebuilder:webhook:path=/validate-metallb-io-v1beta1-l2advertisement,mutating=false,failurePolicy=fail,sideEffects=None,groups=metallb.io,resources=l2advertisements,verbs=create;update,versions=v1beta1,name=l2advertisementvalidationwebhook.metallb.io,admissionReviewVersions=v1
 
 // +kubebuilder:rbac:groups=metallb.io,namespace=metallb-system,resources=ipaddresspools;l2advertisements,verbs=get;list;watch
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=servicecidrs,verbs=list
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=list
 
 // Setup registers both validating webhooks on mgr's webhook server. namespace is the
 // install namespace: objects elsewhere are rejected, and the other objects are read
@@ -96,7 +101,48 @@ func (v *Validator) ValidatePool(ctx context.Context, pool *v1beta1.IPAddressPoo
 	}
 	pools = replace(pools, pool, func(p *v1beta1.IPAddressPool) string { return p.Name })
 	_, err = config.Parse(pools, ads, nil)
-	return v.verdict(ctx, "IPAddressPool", pool.Name, err)
+	nets, netErr := v.clusterNetworks(ctx)
+	if overlaps := config.CheckClusterNetworks(pool, nets); len(overlaps) > 0 {
+		err = errors.Join(append([]error{err}, overlaps...)...)
+	}
+	warnings, err := v.verdict(ctx, "IPAddressPool", pool.Name, err)
+	if netErr != nil {
+		warnings = append(warnings, "cannot check the pool against the cluster's pod and Service networks: "+netErr.Error())
+	}
+	return warnings, err
+}
+
+// clusterNetworks lists the blocks the cluster routes itself: every ServiceCIDR
+// (networking.k8s.io/v1, which the API server creates from
+// --service-cluster-ip-range) and every node's spec.podCIDRs. Pod networks that a
+// CNI allocates without writing spec.podCIDRs (e.g. Calico's or Cilium's own IPAM)
+// are not visible here. Whatever it could list is returned along with the error.
+func (v *Validator) clusterNetworks(ctx context.Context) ([]config.ClusterNetwork, error) {
+	var nets []config.ClusterNetwork
+	var errs []error
+	var cidrs networkingv1.ServiceCIDRList
+	if err := v.Reader.List(ctx, &cidrs); err != nil {
+		errs = append(errs, fmt.Errorf("listing ServiceCIDRs: %w", err))
+	}
+	for i := range cidrs.Items {
+		for _, c := range cidrs.Items[i].Spec.CIDRs {
+			if p, err := netip.ParsePrefix(c); err == nil {
+				nets = append(nets, config.ClusterNetwork{Prefix: p, What: fmt.Sprintf("Service network (ServiceCIDR %q)", cidrs.Items[i].Name)})
+			}
+		}
+	}
+	var nodes corev1.NodeList
+	if err := v.Reader.List(ctx, &nodes); err != nil {
+		errs = append(errs, fmt.Errorf("listing nodes: %w", err))
+	}
+	for i := range nodes.Items {
+		for _, c := range nodes.Items[i].Spec.PodCIDRs {
+			if p, err := netip.ParsePrefix(c); err == nil {
+				nets = append(nets, config.ClusterNetwork{Prefix: p, What: fmt.Sprintf("pod network of node %q", nodes.Items[i].Name)})
+			}
+		}
+	}
+	return nets, errors.Join(errs...)
 }
 
 // ValidateL2Advertisement validates ad as ValidatePool validates a pool.
@@ -151,6 +197,9 @@ func replace[T any](items []T, obj *T, name func(*T) string) []T {
 	return append(items, *obj)
 }
 
+// maxProblems is how many problems one admission response reports.
+const maxProblems = 20
+
 // verdict splits Parse's problems into those about the incoming object (the
 // rejection) and the rest (warnings).
 func (v *Validator) verdict(ctx context.Context, kind, name string, err error) (admission.Warnings, error) {
@@ -169,6 +218,15 @@ func (v *Validator) verdict(ctx context.Context, kind, name string, err error) (
 	}
 	if len(mine) == 0 {
 		return warnings, nil
+	}
+	// Each problem quotes a bounded value, but their number is the user's: an
+	// object with thousands of bad entries must not yield a response (and log
+	// line) of megabytes.
+	if n := len(mine); n > maxProblems {
+		mine = append(mine[:maxProblems], fmt.Errorf("... and %d more problems", n-maxProblems))
+	}
+	if n := len(warnings); n > maxProblems {
+		warnings = append(warnings[:maxProblems], fmt.Sprintf("... and %d more problems in the existing configuration", n-maxProblems))
 	}
 	rejected := errors.Join(mine...)
 	logf.FromContext(ctx).Info("rejecting invalid configuration", "kind", kind, "name", name, "namespace", v.Namespace, "reason", rejected.Error())
