@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -224,17 +225,14 @@ func (h *health) stopProbes() {
 // probeLoop probes node's data path until ctx ends, reporting each change of
 // verdict (and of the MAC it answers with).
 func (h *health) probeLoop(ctx context.Context, node string) {
-	targets := []netip.Addr{}
+	// The node's own addresses (Node InternalIP/ExternalIP: in a layer-2
+	// setup, its address on the clients' segment) judge the data path; the
+	// memberlist address is the fallback, since memberlist may run on
+	// another network than the one the clients use.
+	targets := h.nodeAddrs(ctx, node)
 	h.mu.Lock()
-	if a, ok := h.addrs[node]; ok {
-		targets = append(targets, a)
-	}
+	fallback, hasFallback := h.addrs[node]
 	h.mu.Unlock()
-	for _, a := range h.nodeAddrs(ctx, node) {
-		if !containsAddr(targets, a) {
-			targets = append(targets, a)
-		}
-	}
 	var last ownership.Path = -1
 	var lastMAC string
 	misses := 0
@@ -243,6 +241,9 @@ func (h *health) probeLoop(ctx context.Context, node string) {
 		gone := h.last[node] == ownership.SpeakerGone
 		h.mu.Unlock()
 		p, iface, mac, reason := h.probeOnce(ctx, targets, gone)
+		if strings.HasPrefix(reason, noInterface) && hasFallback && !containsAddr(targets, fallback) {
+			p, iface, mac, reason = h.probeOnce(ctx, []netip.Addr{fallback}, gone)
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -277,30 +278,32 @@ func (h *health) probeLoop(ctx context.Context, node string) {
 	}
 }
 
-// probeOnce asks whether node answers on any of its addresses. Without an
-// on-link interface to ask on (the node's address is not on any announcing
-// interface's subnet) the data path cannot be judged, and memberlist's
-// verdict stands: down once the speaker is declared gone, as in MetalLB.
+// noInterface is probeOnce's reason when no target is on-link anywhere.
+const noInterface = "no on-link interface"
+
+// probeOnce asks whether node answers on any of targets. Without an on-link
+// interface to ask on (no target is on any announcing interface's subnet)
+// the data path cannot be judged, and memberlist's verdict stands: down once
+// the speaker is declared gone, as in MetalLB.
 func (h *health) probeOnce(ctx context.Context, targets []netip.Addr, gone bool) (ownership.Path, string, net.HardwareAddr, string) {
-	noInterface := true
-	reason := "no address known"
+	judged := false
+	reason := noInterface
 	for _, a := range targets {
 		res := h.prober.Probe(ctx, a)
 		if res.Reachable {
 			return ownership.PathUp, res.Interface, res.MAC, "answered on " + a.String()
 		}
-		reason = res.Reason
 		if res.Reason != layer2.ProbeNoInterface {
-			noInterface = false
+			judged, reason = true, res.Reason+" on "+a.String()
 		}
 	}
-	if noInterface {
-		if gone {
-			return ownership.PathDown, "", nil, "cannot probe (" + reason + "); memberlist says gone"
-		}
-		return ownership.PathUnknown, "", nil, "cannot probe (" + reason + ")"
+	switch {
+	case judged:
+		return ownership.PathDown, "", nil, reason
+	case gone:
+		return ownership.PathDown, "", nil, noInterface + "; memberlist says gone"
 	}
-	return ownership.PathDown, "", nil, reason
+	return ownership.PathUnknown, "", nil, noInterface
 }
 
 func containsAddr(s []netip.Addr, a netip.Addr) bool {
