@@ -45,8 +45,8 @@ const (
 	mbPrefix   = "ilb-mb-"
 	mbBridge   = "ilbmbbr0"
 	mbMLBridge = "ilbmbbr1"
-	mbVIP    = "10.201.0.200"
-	mbClient = "10.201.0.100"
+	mbVIP      = "10.201.0.200"
+	mbClient   = "10.201.0.100"
 )
 
 var mbNodes = []string{"n1", "n2", "n3"}
@@ -83,7 +83,7 @@ func TestNetnsNodeHelper(t *testing.T) {
 		log = funcr.New(func(prefix, args string) {
 			mu.Lock()
 			defer mu.Unlock()
-			fmt.Fprintf(f, "%s %s %s\n", time.Now().Format("15:04:05.000"), prefix, args)
+			_, _ = fmt.Fprintf(f, "%s %s %s\n", time.Now().Format("15:04:05.000"), prefix, args)
 		}, funcr.Options{Verbosity: 1})
 	}
 	hold := 30 * time.Second
