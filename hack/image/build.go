@@ -257,17 +257,31 @@ type Written struct {
 	Layout   string            // OCI image layout directory
 	Archives map[string]string // platform -> `docker load` tarball
 	Digest   v1.Hash           // the index's digest
+	// Unchanged: dir held this image already and was left as it was.
+	Unchanged bool
 }
 
 // Write stores the image under dir: dir/oci (an OCI image layout holding the index,
 // replaced as a whole), dir/ironlb-OS-ARCH.tar (a `docker load`/`kind load
-// image-archive` tarball per platform) and dir/digest (the index's digest).
+// image-archive` tarball per platform) and dir/digest (the index's digest). When dir
+// already holds this digest, nothing is rewritten (the lab's agents may be reading it).
 func (r *Result) Write(dir string) (*Written, error) {
 	digest, err := r.Index.Digest()
 	if err != nil {
 		return nil, err
 	}
 	w := &Written{Layout: filepath.Join(dir, "oci"), Archives: map[string]string{}, Digest: digest}
+	for _, p := range r.Platforms {
+		w.Archives[p] = filepath.Join(dir, "ironlb-"+strings.ReplaceAll(p, "/", "-")+".tar")
+	}
+	if r.unchanged(dir, w) {
+		w.Unchanged = true
+		return w, nil
+	}
+	// Written last, so a half-written directory never looks complete.
+	if err := os.RemoveAll(filepath.Join(dir, "digest")); err != nil {
+		return nil, err
+	}
 	if err := os.RemoveAll(w.Layout); err != nil {
 		return nil, err
 	}
@@ -284,11 +298,9 @@ func (r *Result) Write(dir string) (*Written, error) {
 		return nil, fmt.Errorf("writing the image layout: %w", err)
 	}
 	for _, p := range r.Platforms {
-		file := filepath.Join(dir, "ironlb-"+strings.ReplaceAll(p, "/", "-")+".tar")
-		if err := tarball.WriteToFile(file, r.Ref, r.Images[p]); err != nil {
-			return nil, fmt.Errorf("writing %s: %w", file, err)
+		if err := tarball.WriteToFile(w.Archives[p], r.Ref, r.Images[p]); err != nil {
+			return nil, fmt.Errorf("writing %s: %w", w.Archives[p], err)
 		}
-		w.Archives[p] = file
 	}
 	if err := os.WriteFile(filepath.Join(dir, "digest"), []byte(digest.String()+"\n"), 0o644); err != nil {
 		return nil, err
@@ -296,11 +308,36 @@ func (r *Result) Write(dir string) (*Written, error) {
 	return w, nil
 }
 
+// unchanged says whether dir holds this very image already.
+func (r *Result) unchanged(dir string, w *Written) bool {
+	old, err := os.ReadFile(filepath.Join(dir, "digest"))
+	if err != nil || strings.TrimSpace(string(old)) != w.Digest.String() {
+		return false
+	}
+	idx, err := LoadIndex(w.Layout)
+	if err != nil {
+		return false
+	}
+	if d, err := idx.Digest(); err != nil || d != w.Digest {
+		return false
+	}
+	for _, f := range w.Archives {
+		if _, err := os.Stat(f); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
 // Summary describes the written image for the build log: reference with digest and,
 // per platform, manifest digest, compressed size and archive.
 func (r *Result) Summary(w *Written) (string, error) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s@%s (OCI image index in %s)\n", r.Ref.Name(), w.Digest, w.Layout)
+	state := ""
+	if w.Unchanged {
+		state = ", unchanged"
+	}
+	fmt.Fprintf(&b, "%s@%s (OCI image index in %s%s)\n", r.Ref.Name(), w.Digest, w.Layout, state)
 	for _, p := range r.Platforms {
 		img := r.Images[p]
 		d, err := img.Digest()

@@ -79,6 +79,10 @@ func TestBuildIsReproducible(t *testing.T) {
 	if got, _ := os.ReadFile(filepath.Join(dirA, "digest")); strings.TrimSpace(string(got)) != wa.Digest.String() {
 		t.Errorf("digest file %q, want %s", got, wa.Digest)
 	}
+	// Writing the same image again leaves the directory alone; another image replaces it.
+	if again, err := b.Write(dirA); err != nil || !again.Unchanged || wa.Unchanged {
+		t.Errorf("rewriting one image: unchanged %v (first %v), %v", again.Unchanged, wa.Unchanged, err)
+	}
 
 	// Every input shows in the digest.
 	for name, change := range map[string]func(*Spec){
@@ -95,8 +99,16 @@ func TestBuildIsReproducible(t *testing.T) {
 		s2 := testSpec(t)
 		s2.Binaries = s.Binaries
 		change(&s2)
-		if digest(t, mustBuild(t, s2).Index) == digest(t, a.Index) {
+		r2 := mustBuild(t, s2)
+		if digest(t, r2.Index) == digest(t, a.Index) {
 			t.Errorf("changing %s left the digest unchanged", name)
+		}
+		if name == "created" {
+			w2, err := r2.Write(dirA)
+			got, _ := os.ReadFile(filepath.Join(dirA, "digest"))
+			if err != nil || w2.Unchanged || strings.TrimSpace(string(got)) != w2.Digest.String() {
+				t.Errorf("writing another image over one: unchanged %v, digest file %q, %v", w2.Unchanged, got, err)
+			}
 		}
 	}
 }

@@ -5,12 +5,14 @@
 //	    --tag 0.1.0 --version 0.1.0 --revision COMMIT --source URL --licenses Apache-2.0 \
 //	    --epoch SOURCE_DATE_EPOCH --out bin/image
 //	ironlb-image push --layout bin/image/oci --ref ghcr.io/ironlb/ironlb:0.1.0
+//	ironlb-image registry --listen 127.0.0.1:0 --addr-file FILE
 //
 // build writes a multi-arch OCI image index (an image layout directory, a `docker load`
 // tarball per platform, and the digest) from static binaries, with no base image: the
 // base layer (/etc/passwd, /etc/group, /tmp) is made here. Every timestamp is the epoch
 // given, so two builds of one commit give one digest. `make image` runs it; the release
-// workflow runs push. The Dockerfile describes the same image for people with Docker.
+// workflow runs push; its dry run (hack/release.sh --dry-run) pushes to registry, an
+// in-memory registry on loopback. The Dockerfile describes the same image for people with Docker.
 package main
 
 import (
@@ -35,7 +37,7 @@ func main() {
 	}
 }
 
-const usage = "usage: ironlb-image build|push [flags] (-h for the flags)"
+const usage = "usage: ironlb-image build|push|registry [flags] (-h for the flags)"
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
@@ -46,8 +48,14 @@ func run(ctx context.Context, args []string) error {
 		return runBuild(args[1:])
 	case "push":
 		return runPush(ctx, args[1:])
+	case "registry":
+		return runRegistry(ctx, args[1:])
 	}
 	return fmt.Errorf("unknown command %q; %s", args[0], usage)
+}
+
+func newFlagSet(name string) *flag.FlagSet {
+	return flag.NewFlagSet("ironlb-image "+name, flag.ContinueOnError)
 }
 
 // binaryFlags collects repeated --binary PLATFORM=PATH flags.
@@ -68,7 +76,7 @@ func (b binaryFlags) Set(v string) error {
 }
 
 func runBuild(args []string) error {
-	fs := flag.NewFlagSet("build", flag.ContinueOnError)
+	fs := newFlagSet("build")
 	bins := binaryFlags{}
 	var s Spec
 	fs.Var(bins, "binary", "PLATFORM=PATH of a static ironlb binary, once per platform (linux/amd64=...)")
@@ -112,7 +120,7 @@ func runBuild(args []string) error {
 }
 
 func runPush(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("push", flag.ContinueOnError)
+	fs := newFlagSet("push")
 	dir := fs.String("layout", "bin/image/oci", "OCI image layout written by build")
 	ref := fs.String("ref", "", "where to push, e.g. ghcr.io/ironlb/ironlb:0.1.0")
 	digestFile := fs.String("digest-file", "", "also write the pushed digest to this file")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"io"
 	"log"
 	"net/http/httptest"
@@ -49,5 +50,34 @@ func TestPush(t *testing.T) {
 	}
 	if _, err := Push(t.Context(), t.TempDir(), ref); err == nil {
 		t.Error("pushing an empty directory: want an error")
+	}
+}
+
+// The dry run's registry: loopback only, and a push to it reads back.
+func TestServeRegistry(t *testing.T) {
+	if err := ServeRegistry(t.Context(), "0.0.0.0:0", func(string) error { return nil }); err == nil || !strings.Contains(err.Error(), "loopback") {
+		t.Errorf("a non-loopback address: %v", err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	addrCh, done := make(chan string, 1), make(chan error, 1)
+	go func() {
+		done <- ServeRegistry(ctx, "127.0.0.1:0", func(a string) error { addrCh <- a; return nil })
+	}()
+	var addr string
+	select {
+	case addr = <-addrCh:
+	case err := <-done:
+		t.Fatalf("ServeRegistry: %v", err)
+	}
+	w, err := mustBuild(t, testSpec(t)).Write(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := Push(ctx, w.Layout, addr+"/ironlb/ironlb:0.1.0"); err != nil || d != w.Digest {
+		t.Errorf("Push to the dry-run registry: %s, %v", d, err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("ServeRegistry after cancel: %v", err)
 	}
 }
