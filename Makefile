@@ -184,7 +184,7 @@ release-artifacts: $(HELM) image ## What a release publishes besides the image, 
 	cp config/manifests/ironlb.yaml $(RELEASE_DIR)/ironlb.yaml
 	for f in config/crd/bases/*.yaml; do echo "---"; cat "$$f"; done > $(RELEASE_DIR)/ironlb-crds.yaml
 	cp $(IMAGE_DIR)/digest $(RELEASE_DIR)/image-digest
-	cd $(RELEASE_DIR) && sha256sum ironlb-$(VERSION).tgz ironlb.yaml ironlb-crds.yaml > SHA256SUMS
+	cd $(RELEASE_DIR) && sha256sum ironlb-$(VERSION).tgz ironlb.yaml ironlb-crds.yaml image-digest > SHA256SUMS
 
 ##@ Tools
 

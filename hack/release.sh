@@ -31,7 +31,7 @@ publish() {
 step "building and checking the release files (make release-artifacts TAG=$TAG)"
 make --no-print-directory release-artifacts TAG="$TAG"
 VERSION=$(make --no-print-directory -s version)
-FILES=(bin/release/ironlb.yaml bin/release/ironlb-crds.yaml "bin/release/ironlb-$VERSION.tgz" bin/release/SHA256SUMS)
+FILES=(bin/release/ironlb.yaml bin/release/ironlb-crds.yaml "bin/release/ironlb-$VERSION.tgz" bin/release/image-digest bin/release/SHA256SUMS)
 (cd bin/release && sha256sum --check --quiet SHA256SUMS)
 
 PLAIN_HTTP=()

@@ -359,11 +359,7 @@ func TestOCIContainerAsUser(t *testing.T) {
 	if err := checkSearchable(img.OCI.Rootfs + "/ironlb"); err == nil || !strings.Contains(err.Error(), "not searchable") {
 		t.Fatalf("checkSearchable under a 0700 directory: %v", err)
 	}
-	for dir := filepath.Dir(img.OCI.Rootfs); dir != os.TempDir(); dir = filepath.Dir(dir) {
-		if err := os.Chmod(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	makeSearchable(t, filepath.Dir(img.OCI.Rootfs))
 	if err := checkSearchable(img.OCI.Rootfs + "/ironlb"); err != nil {
 		t.Fatal(err)
 	}
@@ -392,6 +388,17 @@ func TestOCIContainerAsUser(t *testing.T) {
 	for _, want := range []string{"uid=65532 gid=65532 groups=[2000]", "capeff=0000000000000000", "token=tok-123", "write: permission denied"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the container's output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// makeSearchable opens dir and its parents up to the temporary directory for other users
+// (t.TempDir makes them 0700).
+func makeSearchable(t *testing.T, dir string) {
+	t.Helper()
+	for ; dir != os.TempDir() && dir != "/"; dir = filepath.Dir(dir) {
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -46,7 +46,10 @@ type Cred struct {
 	Groups []int64
 }
 
-func (c Cred) String() string {
+func (c *Cred) String() string {
+	if c == nil {
+		return "root"
+	}
 	s := fmt.Sprintf("%d:%d", c.UID, c.GID)
 	if len(c.Groups) > 0 {
 		groups := make([]string, len(c.Groups))
