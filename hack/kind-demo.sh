@@ -27,7 +27,7 @@ VERSION=$(awk '/^appVersion:/ {gsub(/"/, "", $2); print $2}' charts/ironlb/Chart
 IMAGE=${IMAGE:-ghcr.io/ironlb/ironlb:$VERSION}
 HELM=helm
 [ -x bin/helm ] && HELM=bin/helm
-for cmd in docker kind kubectl helm; do
+for cmd in docker kind kubectl "$HELM"; do
 	if ! command -v "$cmd" >/dev/null; then
 		[ "$DRY_RUN" = 1 ] && { echo "(dry run) $cmd is not installed; a real run needs it"; continue; }
 		echo "kind-demo: $cmd is required (the lab needs none of them: make demo)" >&2
@@ -48,7 +48,7 @@ ARCHIVE=bin/image/ironlb-linux-$ARCH.tar
 tar -xOf "$ARCHIVE" manifest.json | grep -qF "\"$IMAGE\"" ||
 	{ echo "kind-demo: $ARCHIVE does not hold $IMAGE (it has $(tar -xOf "$ARCHIVE" manifest.json | grep -o '"RepoTags":[^]]*]')): run make image" >&2; exit 1; }
 if command -v "$HELM" >/dev/null; then
-	"$HELM" template ironlb charts/ironlb -n metallb-system | grep -qF "image: $IMAGE" ||
+	"$HELM" template ironlb charts/ironlb -n metallb-system --kube-version "${KUBE_VERSION:-v1.37.1}" | grep -qF "image: $IMAGE" ||
 		{ echo "kind-demo: the chart does not deploy $IMAGE" >&2; exit 1; }
 fi
 echo ">> image $IMAGE for linux/$ARCH from $ARCHIVE (digest of the index: $(cat bin/image/digest))"

