@@ -98,7 +98,7 @@ helm-check: $(HELM) ## Lint the chart and render it with default and non-default
 ##@ Test
 
 .PHONY: image-check
-image-check: $(IMAGE_TOOL) $(ACTIONLINT) ## Check the image and release path: image tool tests, release dry run, a second build gives the same digest, --version, workflow syntax, kind-demo dry run.
+image-check: $(IMAGE_TOOL) $(ACTIONLINT) ## Check the image and release path: image tool tests, workflow syntax, release dry run, a second build gives the same digest, --version, the lab's agent runs the image, kind-demo dry run.
 	cd hack/image && go test ./... -count=1
 	$(ACTIONLINT) -no-color .github/workflows/*.yaml
 	hack/release.sh --dry-run v$(VERSION)
@@ -108,6 +108,7 @@ image-check: $(IMAGE_TOOL) $(ACTIONLINT) ## Check the image and release path: im
 	@out=$$($(IMAGE_DIR)/ironlb-linux-$$(go env GOARCH) --version); echo "$$out"; \
 	  case "$$out" in "ironlb version $(VERSION), commit $(COMMIT), built $(BUILD_DATE),"*) ;; \
 	  *) echo "--version does not state version $(VERSION), commit $(COMMIT), date $(BUILD_DATE)"; exit 1;; esac
+	ILB_IMAGE_LAYOUT=$(IMAGE_DIR)/oci ILB_IMAGE_VERSION=$(VERSION) go test ./test/lab/agent -run '^TestBuiltImage$$' -count=1 -v | grep -E '^(ok|---|FAIL|\s+oci_test)'
 	hack/kind-demo.sh --dry-run >/dev/null
 
 .PHONY: test

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -401,4 +402,56 @@ func makeSearchable(t *testing.T, dir string) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestBuiltImage runs the image `make image` built, the way the lab's nodes run it: make
+// image-check sets ILB_IMAGE_LAYOUT (bin/image/oci) and ILB_IMAGE_VERSION. It unpacks the
+// image for this machine's platform and runs `ironlb --version` from it as the chart's
+// controller user (through pod-exec as root; directly otherwise).
+func TestBuiltImage(t *testing.T) {
+	layout, version := os.Getenv("ILB_IMAGE_LAYOUT"), os.Getenv("ILB_IMAGE_VERSION")
+	if layout == "" || version == "" {
+		t.Skip("skipping: ILB_IMAGE_LAYOUT and ILB_IMAGE_VERSION are not set (make image-check sets them)")
+	}
+	img, err := ociTable(t, layout).Lookup("ghcr.io/ironlb/ironlb:" + version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uid, gid, err := img.OCI.user(img.OCI.Config.User); err != nil || uid != 65532 || gid != 65532 {
+		t.Errorf("image user %q = %d:%d, %v; want 65532:65532", img.OCI.Config.User, uid, gid, err)
+	}
+	c := &corev1.Container{Name: "controller", Args: []string{"--version"}}
+	pod := &corev1.Pod{Spec: corev1.PodSpec{HostNetwork: true, SecurityContext: &corev1.PodSecurityContext{
+		RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65534), FSGroup: ptr.To[int64](65534)}}}
+	env := map[string]string{}
+	for _, kv := range img.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	prog, args, err := img.Resolve(c, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, err := containerCred(pod, c, img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmd *exec.Cmd
+	if os.Geteuid() == 0 {
+		makeSearchable(t, filepath.Dir(img.OCI.Rootfs))
+		self, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := &podWorker{a: &Agent{cfg: Config{Self: self}}, pod: pod}
+		cmd = w.command(PodExec{User: user}, prog, args)
+	} else {
+		cmd = exec.Command(prog, args...)
+	}
+	cmd.Env = img.Env()
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "ironlb version "+version+", commit ") {
+		t.Errorf("%s %q as %v: %v\n%s", prog, args, user, err, out)
+	}
+	t.Logf("%s (imageID %s, user %v)", strings.TrimSpace(string(out)), img.ID(prog), user)
 }
