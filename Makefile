@@ -80,12 +80,14 @@ fmt: ## Run gofmt on the code.
 	gofmt -l -w $$(git ls-files '*.go')
 
 .PHONY: vet
-vet: ## Run go vet.
+vet: ## Run go vet (also on the image tool, its own module).
 	go vet ./...
+	cd hack/image && go vet ./...
 
 .PHONY: lint
-lint: $(GOLANGCI_LINT) ## Run golangci-lint.
+lint: $(GOLANGCI_LINT) ## Run golangci-lint (also on the image tool, its own module).
 	$(GOLANGCI_LINT) run ./...
+	cd hack/image && $(GOLANGCI_LINT) run ./...
 
 .PHONY: helm-check
 helm-check: $(HELM) ## Lint the chart and render it with default and non-default values.

@@ -119,7 +119,7 @@ func (l *Lab) ImageLayout() string { return filepath.Join(l.BinDir(), "image", "
 // ImageLayout. Incremental (the Go build cache); an unchanged tree gives the same digest
 // and leaves the layout as it is.
 func (l *Lab) BuildImage(ctx context.Context) error {
-	done := l.step("building ironlb's image (make image)")
+	done := l.step("building ironlb's image (make image; the first build compiles every dependency for amd64 and arm64: minutes)")
 	cmd := exec.CommandContext(ctx, "make", "--no-print-directory", "image")
 	cmd.Dir = l.Root
 	out, err := cmd.CombinedOutput()
