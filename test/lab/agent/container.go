@@ -256,8 +256,16 @@ func (r *containerRunner) start(ctx context.Context) (*runningProc, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The image's environment, under the container's own.
+	user, err := containerCred(pod, &r.spec, img)
+	if err != nil {
+		return nil, err
+	}
+	// The image's environment, under the container's own; HOME from the image's
+	// /etc/passwd for its user, unless the image sets it.
 	base := w.baseEnv(ctx)
+	if user != nil {
+		base.Set("HOME", img.OCI.home(user.UID))
+	}
 	for _, kv := range img.Env() {
 		if k, v, ok := strings.Cut(kv, "="); ok {
 			base.Set(k, v)
@@ -268,10 +276,6 @@ func (r *containerRunner) start(ctx context.Context) (*runningProc, error) {
 		return nil, err
 	}
 	prog, args, err := img.Resolve(&r.spec, env.Map())
-	if err != nil {
-		return nil, err
-	}
-	user, err := containerCred(pod, &r.spec, img)
 	if err != nil {
 		return nil, err
 	}

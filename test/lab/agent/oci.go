@@ -515,6 +515,18 @@ func (img *OCIImage) user(spec string) (uid, gid int64, err error) {
 	return uid, gid, nil
 }
 
+// home returns uid's home directory from the image's /etc/passwd, "/" when it lists
+// none (as containerd does).
+func (img *OCIImage) home(uid int64) string {
+	data, _ := os.ReadFile(filepath.Join(img.Rootfs, "etc", "passwd")) // no file: no entry
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Split(line, ":"); len(f) >= 6 && f[2] == strconv.FormatInt(uid, 10) && f[5] != "" {
+			return f[5]
+		}
+	}
+	return "/"
+}
+
 // lookupID resolves name through the colon-separated file (passwd, group): a number is
 // itself (with the primary group when the file lists it), a name its idField.
 func (img *OCIImage) lookupID(file, name string, idField, primaryField int) (id, primary string, err error) {

@@ -249,6 +249,9 @@ func TestOCIImage(t *testing.T) {
 			t.Errorf("user(%q) = %s, %v, want %s", spec, got, err, want)
 		}
 	}
+	if h, h2 := img.OCI.home(65534), img.OCI.home(1000); h != "/nonexistent" || h2 != "/" {
+		t.Errorf("home(65534) = %q, home(1000) = %q; want /nonexistent and /", h, h2)
+	}
 	if _, _, err := img.OCI.user("ghost"); err == nil || !strings.Contains(err.Error(), `"ghost" is not in /etc/passwd`) {
 		t.Errorf("user(ghost): %v", err)
 	}
