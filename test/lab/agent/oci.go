@@ -15,6 +15,7 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -249,7 +250,7 @@ func (b *verifiedBlob) Read(p []byte) (int, error) {
 func (b *verifiedBlob) Close() error { return b.f.Close() }
 
 func (l ociLayout) readJSON(d ociDescriptor, v any, mediaTypes ...string) error {
-	if len(mediaTypes) > 0 && !contains(mediaTypes, d.MediaType) {
+	if len(mediaTypes) > 0 && !slices.Contains(mediaTypes, d.MediaType) {
 		return fmt.Errorf("image layout %s: %s has media type %q, want one of %s", l, d.Digest, d.MediaType, strings.Join(mediaTypes, ", "))
 	}
 	b, err := l.open(d)
@@ -265,15 +266,6 @@ func (l ociLayout) readJSON(d ociDescriptor, v any, mediaTypes ...string) error 
 		return fmt.Errorf("image layout %s: %s: %w", l, d.Digest, err)
 	}
 	return nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // applyLayer extracts one layer into root, with whiteouts (.wh.NAME deletes NAME,
