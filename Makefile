@@ -9,12 +9,25 @@ KUBE_VERSION ?= v1.37.1
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 HELM_VERSION ?= v3.22.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
+ACTIONLINT_VERSION ?= v1.7.12
+
+## What a build is stamped with. The version lives in one place, the chart's appVersion: the
+## image tag, `ironlb --version` and the release tag (v$(VERSION)) all come from it.
+VERSION ?= $(shell awk '/^appVersion:/ {gsub(/"/, "", $$2); print $$2}' charts/ironlb/Chart.yaml)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD -- 2>/dev/null || echo -dirty)
+# Every timestamp in the image and the binary's build date: the commit's time, so two builds
+# of one commit are identical (https://reproducible-builds.org/specs/source-date-epoch/).
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+BUILD_DATE ?= $(shell date -u -d @$(SOURCE_DATE_EPOCH) +%Y-%m-%dT%H:%M:%SZ)
+GO_LDFLAGS = -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(BUILD_DATE)
 
 LOCALBIN ?= $(CURDIR)/bin
 export PATH := $(LOCALBIN):$(PATH)
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
 HELM ?= $(LOCALBIN)/helm
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint
+ACTIONLINT ?= $(LOCALBIN)/actionlint
+IMAGE_TOOL ?= $(LOCALBIN)/ironlb-image
 KUBE_BINARIES := etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl
 # envtest (controller-runtime) finds etcd and kube-apiserver here.
 export KUBEBUILDER_ASSETS ?= $(LOCALBIN)
@@ -67,12 +80,14 @@ fmt: ## Run gofmt on the code.
 	gofmt -l -w $$(git ls-files '*.go')
 
 .PHONY: vet
-vet: ## Run go vet.
+vet: ## Run go vet (also on the image tool, its own module).
 	go vet ./...
+	cd hack/image && go vet ./...
 
 .PHONY: lint
-lint: $(GOLANGCI_LINT) ## Run golangci-lint.
+lint: $(GOLANGCI_LINT) ## Run golangci-lint (also on the image tool, its own module).
 	$(GOLANGCI_LINT) run ./...
+	cd hack/image && $(GOLANGCI_LINT) run ./...
 
 .PHONY: helm-check
 helm-check: $(HELM) ## Lint the chart and render it with default and non-default values.
@@ -84,8 +99,22 @@ helm-check: $(HELM) ## Lint the chart and render it with default and non-default
 
 ##@ Test
 
+.PHONY: image-check
+image-check: $(IMAGE_TOOL) $(ACTIONLINT) ## Check the image and release path: image tool tests, workflow syntax, release dry run, a second build gives the same digest, --version, the lab's agent runs the image, kind-demo dry run.
+	cd hack/image && go test ./... -count=1
+	$(ACTIONLINT) -no-color .github/workflows/*.yaml
+	hack/release.sh --dry-run v$(VERSION)
+	@first=$$(cat $(IMAGE_DIR)/digest); rm -rf $(IMAGE_DIR)/oci $(IMAGE_DIR)/digest; $(MAKE) --no-print-directory image >/dev/null; \
+	  [ "$$first" = "$$(cat $(IMAGE_DIR)/digest)" ] || { echo "two builds of one tree gave $$first and $$(cat $(IMAGE_DIR)/digest)"; exit 1; }; \
+	  echo ">> a second image build from scratch: the same digest, $$first"
+	@out=$$($(IMAGE_DIR)/ironlb-linux-$$(go env GOARCH) --version); echo "$$out"; \
+	  case "$$out" in "ironlb version $(VERSION), commit $(COMMIT), built $(BUILD_DATE),"*) ;; \
+	  *) echo "--version does not state version $(VERSION), commit $(COMMIT), date $(BUILD_DATE)"; exit 1;; esac
+	ILB_IMAGE_LAYOUT=$(IMAGE_DIR)/oci ILB_IMAGE_VERSION=$(VERSION) go test ./test/lab/agent -run '^TestBuiltImage$$' -count=1 -v | grep -E '^(ok|---|FAIL|\s+oci_test)'
+	hack/kind-demo.sh --dry-run >/dev/null
+
 .PHONY: test
-test: tools verify-gen vet lint helm-check test-unit test-e2e ## Run every test: unit, fuzz seeds, envtest, lab smoke test, e2e suite (the README's test command).
+test: tools verify-gen vet lint helm-check image-check test-unit test-e2e ## Run every test: unit, fuzz seeds, envtest, image and release checks, lab smoke test, e2e suite (the README's test command).
 
 # Packages that need root and network namespaces or bring a lab up: run after the others
 # and one at a time (-p 1), so they never compete for the cores, under a timeout above
@@ -102,19 +131,19 @@ test-unit: ## Run the Go tests (envtest suites use the API server in ./bin); roo
 	go test -json -count=1 -timeout 25m -p 1 $(ROOT_PKGS) | $(TEST_SUMMARY)
 
 .PHONY: test-e2e
-test-e2e: build lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Run the e2e suite (root): brings the lab up, installs the chart, runs test/e2e, tears the lab down.
+test-e2e: image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Run the e2e suite (root): brings the lab up, installs the chart, runs test/e2e, tears the lab down.
 	go test -json -tags e2e ./test/e2e -count=1 -v -timeout 20m $(E2E_FLAGS) | $(TEST_SUMMARY) -v
 
 .PHONY: bench-failover
-bench-failover: build lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Failover figures in the lab (root): hard kills (E2E_FAILOVER_KILLS=20) and graceful speaker restarts (E2E_GRACEFUL_RUNS=5) (docs/benchmarks-e2e.md).
+bench-failover: image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Failover figures in the lab (root): hard kills (E2E_FAILOVER_KILLS=20) and graceful speaker restarts (E2E_GRACEFUL_RUNS=5) (docs/benchmarks-e2e.md).
 	go test -tags e2e ./test/e2e -run '^$$' -bench Failover -benchtime 1x -timeout 60m -v
 
 .PHONY: bench-create
-bench-create: build lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Service created -> IP -> first ARP reply -> first good request, in the lab (root; E2E_CREATE_RUNS=10) (docs/benchmarks-e2e.md).
+bench-create: image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Service created -> IP -> first ARP reply -> first good request, in the lab (root; E2E_CREATE_RUNS=10) (docs/benchmarks-e2e.md).
 	go test -tags e2e ./test/e2e -run '^$$' -bench ServiceToTraffic -benchtime 1x -timeout 30m -v
 
 .PHONY: bench-saturation
-bench-saturation: build lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Owner changes with every CPU saturated for E2E_SATURATION=10m, in the lab (root) (docs/benchmarks-e2e.md).
+bench-saturation: image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Owner changes with every CPU saturated for E2E_SATURATION=10m, in the lab (root) (docs/benchmarks-e2e.md).
 	go test -tags e2e ./test/e2e -run '^$$' -bench Saturation -benchtime 1x -timeout 40m -v
 
 .PHONY: bench-controller
@@ -124,25 +153,56 @@ bench-controller: ## Benchmark the controller on envtest: create->IP latency, 10
 ##@ Demo
 
 .PHONY: demo
-demo: ## The walkthrough end to end in the lab (root): build, lab up, helm install, apply examples/walkthrough, curl from mypc. Leaves the lab up.
+demo: ## The walkthrough end to end in the lab (root): make image, lab up, helm install, apply examples/walkthrough, curl from mypc. Leaves the lab up.
 	hack/demo.sh
 
 ##@ Build
 
 .PHONY: build
 build: ## Build the ironlb binary into ./bin.
-	go build -o $(LOCALBIN)/ironlb ./cmd/ironlb
+	go build -ldflags "$(GO_LDFLAGS)" -o $(LOCALBIN)/ironlb ./cmd/ironlb
 
-IMG ?= ghcr.io/ironlb/ironlb:$(shell awk '/^appVersion:/ {gsub(/"/, "", $$2); print $$2}' charts/ironlb/Chart.yaml)
+.PHONY: version
+version: ## Print the version (the chart's appVersion).
+	@echo $(VERSION)
+
+IMAGE_REPO ?= ghcr.io/ironlb/ironlb
+IMG ?= $(IMAGE_REPO):$(VERSION)
+PLATFORMS ?= linux/amd64 linux/arm64
+IMAGE_DIR ?= $(LOCALBIN)/image
 .PHONY: image
-image: ## Build the container image (needs Docker; the lab runs bin/ironlb instead).
-	@command -v docker >/dev/null || { echo "make image needs Docker; the lab (make demo) needs no image"; exit 1; }
-	docker build -t $(IMG) .
+image: $(IMAGE_TOOL) ## Build the image without Docker, for PLATFORMS, into bin/image: OCI layout (oci/), `docker load` tarballs, digest. The lab runs it.
+	@for p in $(PLATFORMS); do \
+	  echo ">> go build $$p"; \
+	  CGO_ENABLED=0 GOOS=$${p%%/*} GOARCH=$${p#*/} go build -trimpath -buildvcs=false -ldflags "$(GO_LDFLAGS)" \
+	    -o $(IMAGE_DIR)/ironlb-$${p%%/*}-$${p#*/} ./cmd/ironlb; done
+	$(IMAGE_TOOL) build --repository $(IMAGE_REPO) --tag $(VERSION) --version $(VERSION) --revision $(COMMIT) \
+	  --epoch $(SOURCE_DATE_EPOCH) --out $(IMAGE_DIR) $(foreach p,$(PLATFORMS),--binary $(p)=$(IMAGE_DIR)/ironlb-$(subst /,-,$(p)))
+
+.PHONY: docker-image
+docker-image: ## Build the same image with Docker (Dockerfile), for the host's platform.
+	docker build --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) --build-arg BUILD_DATE=$(BUILD_DATE) -t $(IMG) .
+
+##@ Release
+
+RELEASE_DIR ?= $(LOCALBIN)/release
+.PHONY: release-artifacts
+release-artifacts: $(HELM) image ## What a release publishes besides the image, into bin/release: chart package, plain manifests, CRDs, checksums (TAG=vX.Y.Z checks the tag).
+	@[ -z "$(TAG)" ] || [ "$(TAG)" = "v$(VERSION)" ] || { echo "tag $(TAG) does not match the chart's appVersion $(VERSION): set version and appVersion in charts/ironlb/Chart.yaml, commit, tag v<that>"; exit 1; }
+	@chart=$$(awk '/^version:/ {gsub(/"/, "", $$2); print $$2}' charts/ironlb/Chart.yaml); [ "$$chart" = "$(VERSION)" ] || \
+	  { echo "charts/ironlb/Chart.yaml: version $$chart and appVersion $(VERSION) differ; a release gives both one number"; exit 1; }
+	@grep -q "image: $(IMG)$$" config/manifests/ironlb.yaml || { echo "config/manifests/ironlb.yaml does not use $(IMG): run make manifests"; exit 1; }
+	rm -rf $(RELEASE_DIR) && mkdir -p $(RELEASE_DIR)
+	$(HELM) package charts/ironlb -d $(RELEASE_DIR)
+	cp config/manifests/ironlb.yaml $(RELEASE_DIR)/ironlb.yaml
+	for f in config/crd/bases/*.yaml; do echo "---"; cat "$$f"; done > $(RELEASE_DIR)/ironlb-crds.yaml
+	cp $(IMAGE_DIR)/digest $(RELEASE_DIR)/image-digest
+	cd $(RELEASE_DIR) && sha256sum ironlb-$(VERSION).tgz ironlb.yaml ironlb-crds.yaml image-digest > SHA256SUMS
 
 ##@ Tools
 
 .PHONY: tools
-tools: $(CONTROLLER_GEN) $(HELM) $(GOLANGCI_LINT) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Build every pinned tool into ./bin (idempotent).
+tools: $(CONTROLLER_GEN) $(HELM) $(GOLANGCI_LINT) $(ACTIONLINT) $(IMAGE_TOOL) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Build every pinned tool into ./bin (idempotent).
 
 $(LOCALBIN):
 	mkdir -p $(LOCALBIN)
@@ -177,6 +237,12 @@ $(HELM): | $(LOCALBIN)
 	$(call go-install-tool,$(HELM),helm.sh/helm/v3/cmd/helm,$(HELM_VERSION))
 $(GOLANGCI_LINT): | $(LOCALBIN)
 	$(call go-install-tool,$(GOLANGCI_LINT),github.com/golangci/golangci-lint/v2/cmd/golangci-lint,$(GOLANGCI_LINT_VERSION))
+$(ACTIONLINT): | $(LOCALBIN)
+	$(call go-install-tool,$(ACTIONLINT),github.com/rhysd/actionlint/cmd/actionlint,$(ACTIONLINT_VERSION))
+# The image tool is this repository's own (hack/image, its own module: go-containerregistry
+# is pinned in hack/image/go.mod); rebuilt when its sources change.
+$(IMAGE_TOOL): hack/image/go.mod hack/image/go.sum $(wildcard hack/image/*.go hack/image/rootfs/etc/*) | $(LOCALBIN)
+	cd hack/image && go build -o $(IMAGE_TOOL) .
 
 ##@ Lab
 
@@ -188,7 +254,7 @@ lab: ## Build the lab command into ./bin/lab.
 	go build -o $(LAB) ./test/lab/cmd/lab
 
 .PHONY: lab-up
-lab-up: lab $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Bring the lab cluster up in network namespaces (LAB_WORKERS=3).
+lab-up: image lab $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Bring the lab cluster up in network namespaces (LAB_WORKERS=3).
 	$(LAB) up --workers $(LAB_WORKERS)
 
 .PHONY: lab-down
@@ -200,5 +266,5 @@ lab-status: lab ## Show the lab's hosts, processes, memory and nodes.
 	$(LAB) status
 
 .PHONY: test-lab
-test-lab: lab $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Run the lab smoke test (root; brings a lab up and down).
+test-lab: image lab $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Run the lab smoke test (root; brings a lab up and down).
 	go test -json ./test/lab/ -run TestSmoke -count=1 -v -timeout 15m | $(TEST_SUMMARY) -v

@@ -44,9 +44,12 @@ wait_for() {
 
 [ "$(id -u)" -eq 0 ] || fail "the lab needs root (it creates network namespaces)" "sudo make demo"
 
-step "building tools, ironlb and the lab (make tools build lab; the first build of the Kubernetes binaries takes ~10-15 min)"
-make --no-print-directory tools build lab >/tmp/ironlb-demo-build.log 2>&1 ||
+step "building tools, ironlb's image and the lab (make tools image lab; the first build of the Kubernetes binaries takes ~10-15 min)"
+make --no-print-directory tools image lab >/tmp/ironlb-demo-build.log 2>&1 ||
 	fail "build failed; the log is /tmp/ironlb-demo-build.log:" "tail -50 /tmp/ironlb-demo-build.log"
+# The lab's nodes run ironlb from this image (bin/image/oci), as a cluster would pull it.
+IMAGE_ID="ghcr.io/ironlb/ironlb@$(cat bin/image/digest)"
+step "image: $IMAGE_ID"
 
 step "bringing the lab up (an already running lab is reused)"
 "$LAB" up ||
@@ -57,13 +60,12 @@ step "installing ironlb into $NS with Helm (charts/ironlb)"
 "${HELM[@]}" upgrade --install ironlb charts/ironlb -n "$NS" --create-namespace --wait=false ||
 	fail "helm install failed" "${HELM[*]} status ironlb -n $NS" "${KUBECTL[*]} get events -n $NS"
 
-# In the lab the image is bin/ironlb itself: pods started before the last build run the old
-# binary, so restart them (a reused lab after a code change).
-built=$(stat -c %Y bin/ironlb)
-for p in $("${KUBECTL[@]}" get pods -n "$NS" -l app.kubernetes.io/name=ironlb \
-	-o jsonpath='{range .items[*]}{.status.startTime}{"\n"}{end}'); do
-	if [ "$(date -d "$p" +%s)" -lt "$built" ]; then
-		step "bin/ironlb is newer than the running pods: restarting them"
+# Pods started before the last `make image` run the old image (a reused lab after a code
+# change): restart them. A pod's imageID is the image digest its node ran.
+for id in $("${KUBECTL[@]}" get pods -n "$NS" -l app.kubernetes.io/name=ironlb \
+	-o jsonpath='{range .items[*]}{.status.containerStatuses[0].imageID}{"\n"}{end}'); do
+	if [ "$id" != "$IMAGE_ID" ]; then
+		step "the running pods run $id, not the image just built: restarting them"
 		"${KUBECTL[@]}" rollout restart -n "$NS" deployment/ironlb-controller daemonset/ironlb-speaker
 		break
 	fi
@@ -130,6 +132,10 @@ for ip in "${IPS[@]}"; do
 			"$LAB exec <announcing node> -- iptables -t nat -S KUBE-SERVICES"
 done
 
+echo
+echo "\$ kubectl get pods -n $NS -o custom-columns=NAME:.metadata.name,NODE:.spec.nodeName,IMAGE:.spec.containers[0].image,IMAGEID:.status.containerStatuses[0].imageID"
+"${KUBECTL[@]}" get pods -n "$NS" -l app.kubernetes.io/name=ironlb \
+	-o custom-columns='NAME:.metadata.name,NODE:.spec.nodeName,IMAGE:.spec.containers[0].image,IMAGEID:.status.containerStatuses[0].imageID'
 echo
 echo "\$ kubectl get ipaddresspools,l2advertisements -n $NS"
 "${KUBECTL[@]}" get ipaddresspools,l2advertisements -n "$NS"

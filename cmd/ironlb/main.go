@@ -8,6 +8,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime/debug"
 
 	"github.com/spf13/cobra"
 )
@@ -23,7 +24,10 @@ Run "ironlb controller" once per cluster (a Deployment) and "ironlb speaker" on 
 node (a DaemonSet with host networking and NET_RAW).`,
 		SilenceUsage:  true,
 		SilenceErrors: true, // main prints the error once
+		// Non-empty, so that cobra adds --version; the template prints the whole line.
+		Version: "-",
 	}
+	root.SetVersionTemplate(versionInfo(debug.ReadBuildInfo()))
 	root.AddCommand(newControllerCommand(), newSpeakerCommand(), newCleanupCommand())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "ironlb:", err)

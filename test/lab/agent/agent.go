@@ -115,6 +115,7 @@ func New(cfg Config) (*Agent, error) {
 			return nil, err
 		}
 	}
+	images.UnpackInto(filepath.Join(cfg.StateDir, "images"))
 	ipam, err := NewIPAM(cfg.PodCIDR, filepath.Join(cfg.StateDir, "ipam.json"))
 	if err != nil {
 		return nil, err

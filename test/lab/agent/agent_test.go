@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -79,7 +80,23 @@ func TestAgentWithAPIServer(t *testing.T) {
 
 	self, _ := os.Executable()
 	dir := t.TempDir()
-	table, _ := json.Marshal(ImageTable{Images: map[string]ImageEntry{"traefik/whoami": {Program: self}}})
+	// The agent unpacks images under its state dir; their programs must be reachable for
+	// a container's non-root user, as under the lab's .lab.
+	makeSearchable(t, dir)
+	// An OCI image whose entrypoint is this test binary playing whoami (the role comes
+	// from the image's environment).
+	bin, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newTestLayout(t)
+	l.plain = true
+	idxDigest := l.image(OCIConfig{Entrypoint: []string{"/whoami"}, User: "nonroot", Env: []string{"ILB_AGENT_TEST_ROLE=whoami"}},
+		l.layer(tarFile{name: "etc/passwd", data: testPasswd}, tarFile{name: "whoami", data: string(bin), mode: 0o755}))
+	table, _ := json.Marshal(ImageTable{Images: map[string]ImageEntry{
+		"traefik/whoami":        {Program: self},
+		"ghcr.io/ironlb/ironlb": {Layout: l.dir},
+	}})
 	imagesPath := filepath.Join(dir, "images.json")
 	if err := os.WriteFile(imagesPath, table, 0o644); err != nil {
 		t.Fatal(err)
@@ -266,8 +283,47 @@ func TestAgentWithAPIServer(t *testing.T) {
 		w := p.Status.ContainerStatuses[0].State.Waiting
 		return p.Status.Phase == corev1.PodPending && w != nil &&
 			(w.Reason == "ErrImagePull" || w.Reason == "ImagePullBackOff") &&
-			strings.Contains(w.Message, "image nginx:1.27 is not in the lab's image table (known: traefik/whoami)"), nil
+			strings.Contains(w.Message, "image nginx:1.27 is not in the lab's image table (known: ghcr.io/ironlb/ironlb, traefik/whoami)"), nil
 	})
+
+	// A pod from the OCI image: the image's entrypoint and environment, the pod's user
+	// (as the chart's controller: runAsNonRoot, runAsUser 65534, fsGroup), the image's
+	// digest as imageID.
+	ociPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "from-image"}, Spec: corev1.PodSpec{
+		NodeName: "ilb-test-node", TerminationGracePeriodSeconds: ptr.To[int64](1),
+		SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65534), FSGroup: ptr.To[int64](65534)},
+		Containers:      []corev1.Container{{Name: "c", Image: "ghcr.io/ironlb/ironlb:0.1.0"}}}}
+	if _, err := client.CoreV1().Pods(ns).Create(ctx, ociPod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var ociStatus corev1.ContainerStatus
+	poll("the pod from the OCI image Running", func() (bool, error) {
+		p, err := client.CoreV1().Pods(ns).Get(ctx, "from-image", metav1.GetOptions{})
+		if err != nil || p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) != 1 {
+			return false, nil //nolint:nilerr // not there yet: keep polling
+		}
+		ociStatus = p.Status.ContainerStatuses[0]
+		return true, nil
+	})
+	if want := "ghcr.io/ironlb/ironlb@" + idxDigest; ociStatus.ImageID != want {
+		t.Errorf("imageID %q, want %q", ociStatus.ImageID, want)
+	}
+	poll("the image's whoami answering", func() (bool, error) {
+		p, err := client.CoreV1().Pods(ns).Get(ctx, "from-image", metav1.GetOptions{})
+		if err != nil || p.Status.PodIP == "" {
+			return false, nil //nolint:nilerr // not there yet: keep polling
+		}
+		out, err := exec.CommandContext(ctx, "ip", "netns", "exec", nodeNS, "curl", "-sS", "--noproxy", "*", "--max-time", "2", "http://"+p.Status.PodIP+":8080/").CombinedOutput()
+		return err == nil && strings.Contains(string(out), "Hostname: from-image"), nil
+	})
+	// It answers, so pod-exec has switched users and exec'd the image's program.
+	status, err := os.ReadFile("/proc/" + strings.TrimPrefix(ociStatus.ContainerID, "lab://") + "/status")
+	if err != nil || !regexp.MustCompile(`(?m)^Uid:\s+65534\s`).Match(status) || !regexp.MustCompile(`(?m)^Groups:\s+65534\s*$`).Match(status) {
+		t.Errorf("the container's process: want uid 65534 and groups 65534; %v\n%s", err, status)
+	}
+	if err := client.CoreV1().Pods(ns).Delete(ctx, "from-image", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
 
 	// A hostNetwork pod runs in the node's namespace with the node's address.
 	hostPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "hostnet"}, Spec: corev1.PodSpec{

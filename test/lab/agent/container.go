@@ -56,7 +56,7 @@ type containerRunner struct {
 	status   corev1.ContainerStatus
 	started  chan struct{} // closed the first time the container is started (sidecars)
 	execEnv  []string
-	binds    []Bind
+	pexec    PodExec // how the current run was started, for exec probes between runs
 	startedC bool
 	// logStarts are the log file offsets where each run of this agent
 	// started, for `kubectl logs` (current run) and `--previous`.
@@ -252,17 +252,45 @@ type runningProc struct {
 func (r *containerRunner) start(ctx context.Context) (*runningProc, error) {
 	w := r.w
 	pod := w.podForEnv()
-	env, err := ResolveEnv(ctx, pod, &r.spec, w.baseEnv(ctx), w.a, w.a.nodeAllocatable())
+	img, err := w.a.images.Lookup(r.spec.Image)
 	if err != nil {
 		return nil, err
 	}
-	prog, args, err := w.a.images.Resolve(&r.spec, env.Map())
+	user, err := containerCred(pod, &r.spec, img)
 	if err != nil {
 		return nil, err
+	}
+	// The image's environment, under the container's own; HOME from the image's
+	// /etc/passwd for its user, unless the image sets it.
+	base := w.baseEnv(ctx)
+	if user != nil {
+		base.Set("HOME", img.OCI.home(user.UID))
+	}
+	for _, kv := range img.Env() {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			base.Set(k, v)
+		}
+	}
+	env, err := ResolveEnv(ctx, pod, &r.spec, base, w.a, w.a.nodeAllocatable())
+	if err != nil {
+		return nil, err
+	}
+	prog, args, err := img.Resolve(&r.spec, env.Map())
+	if err != nil {
+		return nil, err
+	}
+	if user != nil && user.UID != 0 {
+		if err := checkSearchable(prog); err != nil {
+			return nil, err
+		}
 	}
 	binds, err := w.bindsFor(&r.spec, env.Map())
 	if err != nil {
 		return nil, err
+	}
+	pe := PodExec{Binds: binds, Workdir: r.spec.WorkingDir, User: user}
+	if pe.Workdir == "" && img.OCI != nil {
+		pe.Workdir = img.OCI.Config.WorkingDir
 	}
 	logPath := w.a.containerLogPath(pod.Namespace, pod.Name, r.spec.Name)
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -273,7 +301,7 @@ func (r *containerRunner) start(ctx context.Context) (*runningProc, error) {
 	if st, err := logf.Stat(); err == nil {
 		logStart = st.Size()
 	}
-	cmd := w.command(binds, r.spec.WorkingDir, prog, args)
+	cmd := w.command(pe, prog, args)
 	cmd.Env = env.List()
 	cmd.Stdout, cmd.Stderr = logf, logf
 
@@ -293,11 +321,11 @@ func (r *containerRunner) start(ctx context.Context) (*runningProc, error) {
 	r.exited = p.exited
 	r.logStarts = append(r.logStarts, logStart)
 	r.execEnv = cmd.Env
-	r.binds = binds
+	r.pexec = pe
 	hasStartup := r.spec.StartupProbe != nil
 	r.status.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: p.startedAt}}
 	r.status.ContainerID = "lab://" + strconv.Itoa(p.pid)
-	r.status.ImageID = "lab://" + prog
+	r.status.ImageID = img.ID(prog)
 	r.status.Started = ptr.To(!hasStartup)
 	r.status.Ready = !hasStartup && r.spec.ReadinessProbe == nil
 	r.mu.Unlock()
@@ -305,7 +333,7 @@ func (r *containerRunner) start(ctx context.Context) (*runningProc, error) {
 	if !hasStartup {
 		r.markStarted()
 	}
-	w.log.Info("Started container", "container", r.spec.Name, "pid", p.pid, "program", prog, "args", args)
+	w.log.Info("Started container", "container", r.spec.Name, "pid", p.pid, "program", prog, "args", args, "imageID", img.ID(prog), "user", user)
 	w.event(corev1.EventTypeNormal, "Started", "Started container %s", r.spec.Name)
 	writePidfile(filepath.Join(w.dir, r.spec.Name+".pid"), p.pid)
 	go func() {
@@ -517,13 +545,13 @@ func (r *containerRunner) execIn(ctx context.Context, cmd []string) error {
 		return errors.New("empty command")
 	}
 	r.mu.Lock()
-	env, binds, proc := r.execEnv, r.binds, r.proc
+	env, pe, proc := r.execEnv, r.pexec, r.proc
 	r.mu.Unlock()
 	var c *exec.Cmd
 	if proc != nil {
 		c, _ = r.execCommand(cmd)
 	} else {
-		c = r.w.command(binds, r.spec.WorkingDir, cmd[0], cmd[1:])
+		c = r.w.command(pe, cmd[0], cmd[1:])
 		c.Env = env
 	}
 	var out strings.Builder
@@ -571,25 +599,24 @@ func (r *containerRunner) execCommand(cmd []string) (*exec.Cmd, error) {
 }
 
 // command builds the process that runs prog in the pod's network namespace
-// and a private mount namespace with binds.
-func (w *podWorker) command(binds []Bind, workdir, prog string, args []string) *exec.Cmd {
+// and a private mount namespace with pe's binds, working directory and user.
+func (w *podWorker) command(pe PodExec, prog string, args []string) *exec.Cmd {
 	pod := w.latest()
 	flags := uintptr(syscall.CLONE_NEWNS)
-	hostname := ""
 	if !pod.Spec.HostNetwork && pod.Name != "" {
 		// Pods have their own host name, as in Kubernetes.
 		flags |= syscall.CLONE_NEWUTS
-		hostname = pod.Name
-		if len(hostname) > 63 {
-			hostname = hostname[:63]
+		pe.Hostname = pod.Name
+		if len(pe.Hostname) > 63 {
+			pe.Hostname = pe.Hostname[:63]
 		}
 	}
-	pe := PodExecArgs(binds, hostname, workdir, prog, args)
+	peArgs := PodExecArgs(pe, prog, args)
 	var cmd *exec.Cmd
 	if ns := w.netnsName(); ns != "" {
-		cmd = exec.Command("ip", append([]string{"netns", "exec", ns, w.a.cfg.Self}, pe...)...)
+		cmd = exec.Command("ip", append([]string{"netns", "exec", ns, w.a.cfg.Self}, peArgs...)...)
 	} else {
-		cmd = exec.Command(w.a.cfg.Self, pe...)
+		cmd = exec.Command(w.a.cfg.Self, peArgs...)
 	}
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{
@@ -600,6 +627,56 @@ func (w *podWorker) command(binds []Bind, workdir, prog string, args []string) *
 		Unshareflags: flags,
 	}
 	return cmd
+}
+
+// containerCred returns the user an OCI image's container runs as: runAsUser and
+// runAsGroup of the container's securityContext, else of the pod's, else the image's
+// USER (a uid without a group gets its primary group from the image's /etc/passwd,
+// else 0); the supplementary groups are the pod's fsGroup and supplementalGroups.
+// runAsNonRoot refuses uid 0, as the kubelet does. Stand-ins (nil) run as root.
+func containerCred(pod *corev1.Pod, c *corev1.Container, img *Image) (*Cred, error) {
+	if img.OCI == nil {
+		return nil, nil
+	}
+	var runAsUser, runAsGroup *int64
+	var nonRoot *bool
+	psc := pod.Spec.SecurityContext
+	if psc != nil {
+		runAsUser, runAsGroup, nonRoot = psc.RunAsUser, psc.RunAsGroup, psc.RunAsNonRoot
+	}
+	if sc := c.SecurityContext; sc != nil {
+		if sc.RunAsUser != nil {
+			runAsUser = sc.RunAsUser
+		}
+		if sc.RunAsGroup != nil {
+			runAsGroup = sc.RunAsGroup
+		}
+		if sc.RunAsNonRoot != nil {
+			nonRoot = sc.RunAsNonRoot
+		}
+	}
+	spec := img.OCI.Config.User
+	if runAsUser != nil {
+		spec = strconv.FormatInt(*runAsUser, 10)
+	}
+	uid, gid, err := img.OCI.user(spec)
+	if err != nil {
+		return nil, err
+	}
+	if runAsGroup != nil {
+		gid = *runAsGroup
+	}
+	if isTrue(nonRoot) && uid == 0 {
+		return nil, fmt.Errorf("container has runAsNonRoot and image will run as root (pod: %s/%s, container: %s)", pod.Namespace, pod.Name, c.Name)
+	}
+	cred := &Cred{UID: uid, GID: gid}
+	if psc != nil {
+		if psc.FSGroup != nil {
+			cred.Groups = append(cred.Groups, *psc.FSGroup)
+		}
+		cred.Groups = append(cred.Groups, psc.SupplementalGroups...)
+	}
+	return cred, nil
 }
 
 // writePidfile records pid with its start time, so that a restarted agent

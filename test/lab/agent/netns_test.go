@@ -17,14 +17,20 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
+// requireRoot skips a test that needs root and ip and curl when they are missing, and
+// fails it in CI (CI=true), where they must be there.
 func requireRoot(t *testing.T) {
 	t.Helper()
+	skip := t.Skipf
+	if os.Getenv("CI") == "true" {
+		skip = t.Fatalf
+	}
 	if os.Geteuid() != 0 {
-		t.Skip("skipping: needs root to create network namespaces, veths and mounts (run as root, as CI does)")
+		skip("skipping: needs root to create network namespaces, veths and mounts (run as root, as CI does)")
 	}
 	for _, p := range []string{"ip", "curl"} {
 		if _, err := exec.LookPath(p); err != nil {
-			t.Skipf("skipping: %s not installed", p)
+			skip("skipping: %s not installed", p)
 		}
 	}
 }
@@ -78,7 +84,7 @@ func TestPodProcessInNetns(t *testing.T) {
 	dst := filepath.Join(t.TempDir(), "secrets", "serviceaccount")
 	binds := []Bind{{Src: src, Dst: dst, ReadOnly: true}}
 
-	cmd := w.command(binds, "", self, nil)
+	cmd := w.command(PodExec{Binds: binds}, self, nil)
 	cmd.Env = []string{"ILB_AGENT_TEST_ROLE=whoami", "PATH=" + os.Getenv("PATH")}
 	out := &strings.Builder{}
 	cmd.Stdout, cmd.Stderr = out, out
@@ -116,7 +122,7 @@ func TestPodProcessInNetns(t *testing.T) {
 
 	// The container sees its volume, read-only, and the host does not see the mount.
 	run := func(prog string, args ...string) (string, error) {
-		c := w.command(binds, "", prog, args)
+		c := w.command(PodExec{Binds: binds}, prog, args)
 		c.Env = []string{"PATH=" + os.Getenv("PATH")}
 		b, err := c.CombinedOutput()
 		return string(b), err

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -38,18 +39,78 @@ func ParseBind(s string) (Bind, error) {
 	return Bind{}, fmt.Errorf("bind %q: want SRC:DST[:ro]", s)
 }
 
-// PodExecArgs builds the argument list of the pod-exec subcommand. A
-// non-empty hostname is set in the (then private) UTS namespace.
-func PodExecArgs(binds []Bind, hostname, workdir, prog string, args []string) []string {
-	out := []string{"pod-exec"}
-	if hostname != "" {
-		out = append(out, "--hostname", hostname)
+// Cred is the user a container's process runs as.
+type Cred struct {
+	UID, GID int64
+	// Groups are the supplementary groups (fsGroup, supplementalGroups).
+	Groups []int64
+}
+
+func (c *Cred) String() string {
+	if c == nil {
+		return "root"
 	}
-	for _, b := range binds {
+	s := fmt.Sprintf("%d:%d", c.UID, c.GID)
+	if len(c.Groups) > 0 {
+		groups := make([]string, len(c.Groups))
+		for i, g := range c.Groups {
+			groups[i] = strconv.FormatInt(g, 10)
+		}
+		s += ":" + strings.Join(groups, ",")
+	}
+	return s
+}
+
+// ParseCred parses UID:GID[:GROUP,...].
+func ParseCred(s string) (Cred, error) {
+	bad := fmt.Errorf("user %q: want UID:GID[:GROUP,...]", s)
+	parts := strings.SplitN(s, ":", 3)
+	if len(parts) < 2 {
+		return Cred{}, bad
+	}
+	var ids []int64
+	if len(parts) == 3 {
+		parts = append(parts[:2], strings.Split(parts[2], ",")...)
+	}
+	for _, p := range parts {
+		id, err := strconv.ParseUint(p, 10, 32)
+		if err != nil {
+			return Cred{}, bad
+		}
+		ids = append(ids, int64(id))
+	}
+	c := Cred{UID: ids[0], GID: ids[1]}
+	if len(ids) > 2 {
+		c.Groups = ids[2:]
+	}
+	return c, nil
+}
+
+// PodExec says how pod-exec prepares a container's process.
+type PodExec struct {
+	Binds []Bind
+	// Hostname, when set, is set in the (then private) UTS namespace.
+	Hostname string
+	Workdir  string
+	// User, when set, is switched to after the mounts (root keeps every capability,
+	// any other user has none).
+	User *Cred
+}
+
+// PodExecArgs builds the argument list of the pod-exec subcommand.
+func PodExecArgs(pe PodExec, prog string, args []string) []string {
+	out := []string{"pod-exec"}
+	if pe.Hostname != "" {
+		out = append(out, "--hostname", pe.Hostname)
+	}
+	for _, b := range pe.Binds {
 		out = append(out, "--bind", b.String())
 	}
-	if workdir != "" {
-		out = append(out, "--workdir", workdir)
+	if pe.Workdir != "" {
+		out = append(out, "--workdir", pe.Workdir)
+	}
+	if pe.User != nil {
+		out = append(out, "--user", pe.User.String())
 	}
 	out = append(out, "--", prog)
 	return append(out, args...)
@@ -62,6 +123,7 @@ func PodExecArgs(binds []Bind, hostname, workdir, prog string, args []string) []
 func PodExecMain(args []string) error {
 	var binds []Bind
 	var workdir, hostname string
+	var user *Cred
 	i := 0
 	for ; i < len(args); i++ {
 		switch args[i] {
@@ -80,6 +142,16 @@ func PodExecMain(args []string) error {
 				return errors.New("pod-exec: --hostname needs a value")
 			}
 			hostname = args[i+1]
+			i++
+		case "--user":
+			if i+1 >= len(args) {
+				return errors.New("pod-exec: --user needs a value")
+			}
+			c, err := ParseCred(args[i+1])
+			if err != nil {
+				return fmt.Errorf("pod-exec: %w", err)
+			}
+			user = &c
 			i++
 		case "--workdir":
 			if i+1 >= len(args) {
@@ -128,8 +200,32 @@ done:
 		}
 		prog = p
 	}
+	if user != nil {
+		if err := switchUser(*user); err != nil {
+			return err
+		}
+	}
 	if err := syscall.Exec(prog, argv, os.Environ()); err != nil {
 		return fmt.Errorf("pod-exec: exec %s: %w", prog, err)
+	}
+	return nil
+}
+
+// switchUser sets groups, gid and uid (for every thread); leaving root clears the
+// capabilities, as for a container whose user is not root.
+func switchUser(c Cred) error {
+	groups := make([]int, len(c.Groups))
+	for i, g := range c.Groups {
+		groups[i] = int(g)
+	}
+	if err := syscall.Setgroups(groups); err != nil {
+		return fmt.Errorf("pod-exec: setting the groups %v: %w", c.Groups, err)
+	}
+	if err := syscall.Setgid(int(c.GID)); err != nil {
+		return fmt.Errorf("pod-exec: setting the gid %d: %w", c.GID, err)
+	}
+	if err := syscall.Setuid(int(c.UID)); err != nil {
+		return fmt.Errorf("pod-exec: setting the uid %d: %w", c.UID, err)
 	}
 	return nil
 }

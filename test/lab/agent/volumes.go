@@ -144,7 +144,11 @@ func (w *podWorker) materializeVolume(ctx context.Context, v corev1.Volume) erro
 	files := map[string]volFile{}
 	switch {
 	case v.EmptyDir != nil:
-		return os.MkdirAll(dir, 0o777)
+		// Writable by every user, as the kubelet makes it (MkdirAll is subject to the umask).
+		if err := os.MkdirAll(dir, 0o777); err != nil {
+			return err
+		}
+		return os.Chmod(dir, 0o777)
 	case v.HostPath != nil:
 		t := corev1.HostPathUnset
 		if v.HostPath.Type != nil {

@@ -130,7 +130,8 @@ type imageTable struct {
 }
 
 type imageEntry struct {
-	Program  string            `json:"program"`
+	Layout   string            `json:"layout,omitempty"`
+	Program  string            `json:"program,omitempty"`
 	Args     []string          `json:"args,omitempty"`
 	Commands map[string]string `json:"commands,omitempty"`
 }
@@ -139,8 +140,9 @@ func (l *Lab) imagesPath() string { return filepath.Join(l.StateDir(), "images.j
 
 func (l *Lab) writeImageTable() error {
 	t := imageTable{Images: map[string]imageEntry{
-		IronlbImage: {Program: l.bin("ironlb"), Commands: map[string]string{"/ironlb": l.bin("ironlb"), "ironlb": l.bin("ironlb")}},
-		// traefik/whoami's entrypoint is /whoami.
+		// ironlb runs from its image, as users get it (make image, which lab up runs).
+		IronlbImage: {Layout: l.ImageLayout()},
+		// Stand-ins for images the lab cannot build. traefik/whoami's entrypoint is /whoami.
 		"traefik/whoami":    {Program: l.bin("lab-whoami"), Commands: map[string]string{"/whoami": l.bin("lab-whoami")}},
 		"nicolaka/netshoot": {Program: "sleep", Args: []string{"infinity"}},
 	}}

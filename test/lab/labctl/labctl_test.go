@@ -3,10 +3,13 @@ package labctl
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/ironlb/ironlb/test/lab/agent"
 )
 
 func TestFindRoot(t *testing.T) {
@@ -90,4 +93,28 @@ func contains(s []int, v int) bool {
 		}
 	}
 	return false
+}
+
+// The node agents run ironlb from the image `make image` writes, and stand-ins for the
+// images the lab cannot build; the table parses as the agent parses it.
+func TestImageTable(t *testing.T) {
+	l := New(t.TempDir(), io.Discard)
+	if err := os.MkdirAll(l.StateDir(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.writeImageTable(); err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := agent.LoadImageTable(l.imagesPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tbl.Images[IronlbImage]; got.Layout != filepath.Join(l.Root, "bin", "image", "oci") || got.Program != "" {
+		t.Errorf("%s: %+v, want the layout bin/image/oci", IronlbImage, got)
+	}
+	for _, img := range []string{"traefik/whoami", "nicolaka/netshoot"} {
+		if tbl.Images[img].Program == "" {
+			t.Errorf("%s: %+v, want a stand-in program", img, tbl.Images[img])
+		}
+	}
 }

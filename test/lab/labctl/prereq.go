@@ -76,14 +76,15 @@ func (l *Lab) CheckKubeBinaries() error {
 }
 
 // labPrograms are the repository's programs the lab runs: package path -> binary name.
+// ironlb itself runs from its image (BuildImage).
 var labPrograms = []struct{ pkg, name string }{
-	{"./cmd/ironlb", "ironlb"},
 	{"./test/lab/cmd/lab-agent", "lab-agent"},
 	{"./test/lab/cmd/lab-whoami", "lab-whoami"},
 }
 
-// BuildPrograms builds bin/ironlb, bin/lab-agent and bin/lab-whoami from this checkout. With
-// onlyPresent, packages missing from the checkout are skipped instead of failing.
+// BuildPrograms builds bin/lab-agent and bin/lab-whoami from this checkout, then ironlb's
+// image (BuildImage). With onlyPresent, packages missing from the checkout are skipped
+// instead of failing.
 func (l *Lab) BuildPrograms(ctx context.Context, onlyPresent bool) error {
 	args := []string{"build", "-o", l.BinDir() + "/"}
 	var names []string
@@ -107,6 +108,31 @@ func (l *Lab) BuildPrograms(ctx context.Context, onlyPresent bool) error {
 		return fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, tail(string(out), 40))
 	}
 	done()
+	return l.BuildImage(ctx)
+}
+
+// ImageLayout is the OCI image layout `make image` writes and the node agents run
+// ironlb's pods from.
+func (l *Lab) ImageLayout() string { return filepath.Join(l.BinDir(), "image", "oci") }
+
+// BuildImage runs `make image`: ironlb's multi-arch image, built as users get it, into
+// ImageLayout. Incremental (the Go build cache); an unchanged tree gives the same digest
+// and leaves the layout as it is.
+func (l *Lab) BuildImage(ctx context.Context) error {
+	done := l.step("building ironlb's image (make image; the first build compiles every dependency for amd64 and arm64: minutes)")
+	cmd := exec.CommandContext(ctx, "make", "--no-print-directory", "image")
+	cmd.Dir = l.Root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("make image: %w\n%s", err, tail(string(out), 40))
+	}
+	done()
+	// The build's summary: reference@digest, then each platform's digest.
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, "sha256:") {
+			l.printf("    %s\n", strings.TrimSpace(line))
+		}
+	}
 	return nil
 }
 
