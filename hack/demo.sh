@@ -49,7 +49,7 @@ make --no-print-directory tools build lab >/tmp/ironlb-demo-build.log 2>&1 ||
 	fail "build failed; the log is /tmp/ironlb-demo-build.log:" "tail -50 /tmp/ironlb-demo-build.log"
 
 step "bringing the lab up (an already running lab is reused)"
-"$LAB" up ||
+"$LAB" up --workers "${LAB_WORKERS:-3}" --service-cidr "${LAB_SERVICE_CIDR:-10.200.1.0/24}" ||
 	fail "lab up failed" "$LAB status" "ls $ROOT/.lab/logs/" "$LAB down && make demo"
 export KUBECONFIG="$KUBECONFIG_PATH"
 
