@@ -83,13 +83,15 @@ func createScale(b *testing.B, e *Env, lab *labctl.Lab, n int) {
 	}
 	b.Cleanup(func() {
 		start := time.Now()
-		parallel(names, func(name string) error {
+		if err := parallel(names, func(name string) error {
 			err := cs.CoreV1().Services("default").Delete(context.Background(), name, metav1.DeleteOptions{})
 			if apierrors.IsNotFound(err) {
 				return nil
 			}
 			return err
-		})
+		}); err != nil {
+			b.Errorf("deleting the scale Services: %v", err)
+		}
 		fmt.Fprintf(os.Stderr, "scale: deleted %d Services in %v\n", n, time.Since(start).Round(100*time.Millisecond))
 	})
 

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -22,40 +21,18 @@ import (
 	"github.com/ironlb/ironlb/test/e2e/probe"
 )
 
-// clientLoop sends a request from the client every interval until stopped and
-// returns the number of requests and the failures (with their times).
+// clientLoop is e2e-probe running on the client until finish.
 type clientLoop struct {
 	e        *Env
 	stopFile string
 	wg       sync.WaitGroup
 	res      Result
 	err      error
-	probe    bool // e2e-probe (else a curl loop)
-}
-
-// startClientLoop starts a curl loop on the client against ip: one request
-// (new connection, 1 s timeout) then sleep interval.
-func (e *Env) startClientLoop(t testing.TB, ip string, interval time.Duration) *clientLoop {
-	t.Helper()
-	if e.Probe != "" {
-		return e.runProbe("--url", "http://"+ip+"/", "--interval", interval.String(), "--timeout", "1s")
-	}
-	l := &clientLoop{e: e, stopFile: newStopFile()}
-	// Each request runs in the background so that a slow or timed-out one does
-	// not lower the rate; the script prints one ok/fail line per request.
-	script := fmt.Sprintf(`rm -f %[1]s; echo "start $(date +%%s.%%N)"; while [ ! -e %[1]s ]; do (if curl -s -m 1 -o /dev/null http://%[2]s/; then echo "ok $(date +%%s.%%N)"; else echo "fail $(date +%%s.%%N)"; fi) & sleep %[3]s; done; wait; echo "end $(date +%%s.%%N)"; rm -f %[1]s`,
-		l.stopFile, ip, fmt.Sprintf("%.3f", interval.Seconds()))
-	l.wg.Add(1)
-	go func() {
-		defer l.wg.Done()
-		l.res, l.err = e.client(context.Background(), script)
-	}()
-	return l
 }
 
 // runProbe starts e2e-probe on the client with args, stopped by finish.
 func (e *Env) runProbe(args ...string) *clientLoop {
-	l := &clientLoop{e: e, stopFile: newStopFile(), probe: true}
+	l := &clientLoop{e: e, stopFile: newStopFile()}
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
@@ -76,51 +53,6 @@ func (l *clientLoop) finish(t testing.TB) {
 	if l.err != nil {
 		t.Fatalf("client loop: %v", l.err)
 	}
-}
-
-// stop ends the loop and returns total requests, failures and the failed
-// requests' lines.
-func (l *clientLoop) stop(t testing.TB) (total int, failures []string, rate float64) {
-	t.Helper()
-	l.finish(t)
-	if l.probe {
-		recs := probe.Parse(l.res.Stdout)
-		sum := probe.Summarize(recs, time.Now())
-		for _, r := range recs {
-			if !r.OK {
-				failures = append(failures, r.Sent.Format("15:04:05.000")+" "+r.Err)
-			}
-		}
-		return sum.Total, failures, sum.Rate
-	}
-	var start, end float64
-	for _, line := range strings.Split(strings.TrimSpace(l.res.Stdout), "\n") {
-		f := strings.Fields(line)
-		if len(f) != 2 {
-			continue
-		}
-		switch f[0] {
-		case "start", "end":
-			v, err := strconv.ParseFloat(f[1], 64)
-			if err != nil {
-				t.Fatalf("probe loop printed %q: %v", line, err)
-			}
-			if f[0] == "start" {
-				start = v
-			} else {
-				end = v
-			}
-		case "ok":
-			total++
-		default:
-			total++
-			failures = append(failures, line)
-		}
-	}
-	if end > start {
-		rate = float64(total) / (end - start)
-	}
-	return total, failures, rate
 }
 
 // keepAliveConns is how many persistent connections the hitless tests hold.
@@ -235,7 +167,8 @@ func (e *Env) watchMoves(t testing.TB, ns, name, owner string) *moves {
 			m.mu.Lock()
 			defer m.mu.Unlock()
 			m.logfLocked("ServiceL2Status %s %s node=%s", st.Name, ev.Type, st.Status.Node)
-			if ev.Type == watch.Added || ev.Type == watch.Modified {
+			// A status being deleted claims nothing.
+			if (ev.Type == watch.Added || ev.Type == watch.Modified) && st.DeletionTimestamp == nil {
 				node := st.Status.Node
 				if node == "" {
 					node = st.Labels[v1beta1.ServiceL2StatusNodeLabel]
