@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -147,15 +148,24 @@ func (e *Env) observe(t *testing.T, f *lbFixture, owner string) (*traffic, *move
 func requireHitless(t *testing.T, what string, rep probe.Report, mv moveCount) {
 	t.Helper()
 	if mv.StatusMoves != 0 || mv.EventMoves != 0 {
-		t.Errorf("%s: the IP moved (target: 0 moves): %s", what, mv)
+		t.Errorf("%s: the IP moved (target: 0 moves): %d ServiceL2Status moves, %d nodeAssigned moves (timeline logged above)", what, mv.StatusMoves, mv.EventMoves)
 	}
 	if k := rep.KeepAlive; k.Broken != 0 {
-		t.Errorf("%s: %d of %d established connections broken (target 0): %s", what, k.Broken, len(k.Conns), rep)
+		t.Errorf("%s: %d breaks of the %d keep-alive connections (target 0; %s)", what, k.Broken, len(k.Conns), breakKinds(k))
 	}
 	if n := rep.NewConns; n.Failed != 0 {
 		t.Errorf("%s: %d of %d new connections failed (target 0): %v", what, n.Failed, n.Total, n.Failures)
 	}
 	requireEachConnServed(t, what, rep)
+}
+
+// breakKinds says how the connections broke, e.g. "resets 8, timeouts 0, closed 0, other 0".
+func breakKinds(k *probe.KeepAliveReport) string {
+	var r, to, c, o int
+	for _, conn := range k.Conns {
+		r, to, c, o = r+conn.Resets, to+conn.Timeouts, c+conn.Closed, o+conn.Other
+	}
+	return fmt.Sprintf("resets %d, timeouts %d, closed %d, other %d", r, to, c, o)
 }
 
 // requireEachConnServed checks that every persistent connection was answered
@@ -175,16 +185,16 @@ func requireEachConnServed(t *testing.T, what string, rep probe.Report) {
 func requireFailover(t *testing.T, what string, rep probe.Report, mv moveCount, next string, at time.Time) {
 	t.Helper()
 	if mv.StatusMoves != 1 || mv.Last != next {
-		t.Errorf("%s: want exactly one move, to %s: %s", what, next, mv)
+		t.Errorf("%s: want exactly one move, to %s: %d ServiceL2Status moves, last to %s (timeline logged above)", what, next, mv.StatusMoves, mv.Last)
 	}
 	if mv.EventMoves != 1 {
-		t.Errorf("%s: want exactly one nodeAssigned move (to %s): %s", what, next, mv)
+		t.Errorf("%s: want exactly one nodeAssigned move (to %s): %d (timeline logged above)", what, next, mv.EventMoves)
 	}
 	if k := rep.KeepAlive; k.MaxBrokenPerConn > 1 {
-		t.Errorf("%s: a connection was broken %d times (target: at most once): %s", what, k.MaxBrokenPerConn, rep)
+		t.Errorf("%s: a keep-alive connection was broken %d times (target: at most once; %s)", what, k.MaxBrokenPerConn, breakKinds(k))
 	}
 	if d := rep.NewConns.Recovery(at); d > failoverBound {
-		t.Errorf("%s: new connections worked again %v after it (bound %v, target 1 s): %s", what, d.Round(time.Millisecond), failoverBound, rep)
+		t.Errorf("%s: new connections worked again %v after it (bound %v, target 1 s)", what, d.Round(time.Millisecond), failoverBound)
 	}
 	t.Logf("%s: new connections worked again %v after it", what, rep.NewConns.Recovery(at).Round(time.Millisecond))
 	requireEachConnServed(t, what, rep)
@@ -255,17 +265,7 @@ func TestHitlessSpeakerKill(t *testing.T) {
 		tr.stop(t)
 		t.Fatal(err)
 	}
-	poll(t, 2*time.Minute, "the speaker on "+f.owner+" restarted and ironlb ready", func() (bool, string) {
-		var p corev1.Pod
-		if err := e.C.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil {
-			return false, err.Error()
-		}
-		if id := containerID(&p, "speaker"); id == before || id == "" {
-			return false, "speaker container not restarted yet: " + id
-		}
-		why := e.notReady(ctx)
-		return why == "", why
-	})
+	e.waitSpeakerRestarted(t, f.owner, before)
 	time.Sleep(settle)
 	requireHitless(t, "kill -9 of the owner's speaker", tr.stop(t), mv.stop(t))
 }
@@ -316,7 +316,7 @@ func TestHitlessSpeakerFreeze(t *testing.T) {
 			replies++
 		}
 		if a.MAC.String() != f.macs[f.owner] {
-			t.Errorf("while the speaker on %s is frozen, %s is answered by %s, not by the owner's MAC %s (%s):\n%s", f.owner, f.ip, a.MAC, f.macs[f.owner], f.owner, out)
+			t.Errorf("while the speaker on %s is frozen, %s is answered by %s, not by the owner's MAC %s (%s); ARP seen by %s (first lines):\n%s", f.owner, f.ip, a.MAC, f.macs[f.owner], f.owner, ClientHost, headLines(out, 5))
 			break
 		}
 	}
@@ -332,6 +332,35 @@ func TestHitlessSpeakerFreeze(t *testing.T) {
 	time.Sleep(settle)
 	requireHitless(t, fmt.Sprintf("owner's speaker frozen for %v", freezeFor), tr.stop(t), mv.stop(t))
 	e.checkAnnouncer(t, f, f.owner)
+}
+
+func headLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[:min(n, len(lines))], "\n")
+}
+
+// waitSpeakerRestarted waits until the speaker pod of node runs a container
+// other than before (a restart), Ready, and ironlb is ready everywhere.
+func (e *Env) waitSpeakerRestarted(t *testing.T, node, before string) {
+	t.Helper()
+	poll(t, 3*time.Minute, "the speaker on "+node+" restarted and ironlb ready", func() (bool, string) {
+		var pods corev1.PodList
+		if err := e.C.List(context.Background(), &pods, client.InNamespace(Namespace),
+			client.MatchingLabels{"app.kubernetes.io/component": "speaker"}); err != nil {
+			return false, err.Error()
+		}
+		for _, p := range pods.Items {
+			if p.Spec.NodeName != node || p.DeletionTimestamp != nil {
+				continue
+			}
+			if id := containerID(&p, "speaker"); id == before || id == "" || !podReady(&p) {
+				return false, fmt.Sprintf("speaker pod %s: container %q (before %q), ready %v", p.Name, id, before, podReady(&p))
+			}
+			why := e.notReady(context.Background())
+			return why == "", why
+		}
+		return false, "no speaker pod on " + node
+	})
 }
 
 func containerID(p *corev1.Pod, container string) string {
@@ -364,6 +393,7 @@ func TestHitlessNodeKill(t *testing.T) {
 	next := election.Winner(f.ip, without(f.workers, victim))
 	watch = []string{victim, next}
 
+	speakerBefore := containerID(e.speakerPodObj(t, victim), "speaker")
 	tr, mv := e.observe(t, f, victim)
 	restored := false
 	restore := func() {
@@ -387,10 +417,7 @@ func TestHitlessNodeKill(t *testing.T) {
 
 	tr, mv = e.observe(t, f, next)
 	restore()
-	poll(t, 3*time.Minute, "ironlb ready after restoring "+victim, func() (bool, string) {
-		why := e.notReady(ctx)
-		return why == "", why
-	})
+	e.waitSpeakerRestarted(t, victim, speakerBefore)
 	time.Sleep(settle)
 	requireHitless(t, victim+" restored", tr.stop(t), mv.stop(t))
 	e.checkAnnouncer(t, f, next)

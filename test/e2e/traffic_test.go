@@ -219,7 +219,9 @@ func (m *moves) follow(ctx context.Context, rv string, start func(rv string) (wa
 		}
 		for ev := range w.ResultChan() {
 			if ev.Type == watch.Error {
-				m.fail(fmt.Errorf("watch error: %v", ev.Object))
+				if ctx.Err() == nil { // else: the watch ends because we stopped it
+					m.fail(fmt.Errorf("watch error: %v", ev.Object))
+				}
 				w.Stop()
 				return
 			}
