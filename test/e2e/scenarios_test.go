@@ -169,7 +169,7 @@ func TestExcludeLBLabel(t *testing.T) {
 	setLabel(false)
 	time.Sleep(settle)
 	if mc := mv.stop(t); mc.StatusMoves != 0 || mc.EventMoves != 0 {
-		t.Errorf("removing the label from %s moved e2e-exclude (%s) again (target: no failback): %s", first, ip, mc)
+		t.Errorf("removing the label from %s moved e2e-exclude (%s) again (target: no failback): %d ServiceL2Status moves, %d nodeAssigned moves (timeline logged above)", first, ip, mc.StatusMoves, mc.EventMoves)
 	}
 	e.curlOnce(context.Background(), ip)
 	if mac, line, err := e.neighMAC(context.Background(), ip); err != nil || mac != macs[second] {
