@@ -61,10 +61,8 @@ func runFailoverBench(b *testing.B, e *Env, kills, gracefulRuns int) {
 	// failback by default: the victim changes from round to round); the
 	// backends are moved off it, so that the kill leaves them alive.
 	currentOwner := func() string {
-		time.Sleep(settle)
-		owner := e.waitAnnouncer(b, "default", f.name, "")
+		owner := e.settledOwner(b, f)
 		e.placeBackends(b, f, owner)
-		e.waitNeighbour(b, f.ip, owner, f.macs)
 		e.waitServing(b, f.ip)
 		return owner
 	}
@@ -151,6 +149,33 @@ func runFailoverBench(b *testing.B, e *Env, kills, gracefulRuns int) {
 		b.ReportMetric(float64(totalGraceful), "graceful-requests")
 		fmt.Fprintf(os.Stderr, "graceful (speaker pod deleted) %d runs: %d of %d requests failed (per run: %s)\n", len(perRun), failedGraceful, totalGraceful, strings.Join(perRun, " "))
 	}
+}
+
+// settledOwner waits until one node announces the fixture's IP, mypc's
+// neighbour entry carries its MAC, and both still hold settle later (an owner
+// change, e.g. a failback, may still be under way when the speakers are ready).
+func (e *Env) settledOwner(t testing.TB, f *lbFixture) string {
+	t.Helper()
+	ctx := context.Background()
+	var owner string
+	var since time.Time
+	poll(t, 3*time.Minute, "a settled announcer of "+f.name, func() (bool, string) {
+		nodes, err := e.announcers(ctx, "default", f.name)
+		if err != nil {
+			return false, err.Error()
+		}
+		e.curlOnce(ctx, f.ip)
+		mac, line, err := e.neighMAC(ctx, f.ip)
+		if err != nil || len(nodes) != 1 || mac != f.macs[nodes[0]] {
+			owner = ""
+			return false, fmt.Sprintf("announcers %v, %s's neighbour entry %q (%v)", nodes, ClientHost, line, err)
+		}
+		if nodes[0] != owner {
+			owner, since = nodes[0], time.Now()
+		}
+		return time.Since(since) >= settle, "announced from " + owner + " since " + since.Format("15:04:05")
+	})
+	return owner
 }
 
 // benchEnv returns the cluster for a benchmark driven by e2e-probe on the

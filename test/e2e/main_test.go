@@ -60,8 +60,12 @@ type Env struct {
 	Kubectl    string
 	Helm       string
 	Hosts      Hosts
-	// Probe is the e2e-probe binary's path on the client ("" : curl loops).
+	// Probe is the e2e-probe binary's path on the client ("": none; the
+	// tests that need it skip).
 	Probe string
+	// Ephemeral: the suite brought the lab up and takes it down at the end,
+	// so what a benchmark creates need not be deleted one by one.
+	Ephemeral bool
 	CS    kubernetes.Interface
 	C     client.WithWatch
 }
@@ -138,6 +142,7 @@ func setup(ctx context.Context) (*Env, func(), string, error) {
 		}
 		fmt.Fprintf(os.Stderr, "e2e: lab up in %.1fs\n", time.Since(start).Seconds())
 		if !wasUp && os.Getenv("E2E_KEEP_LAB") != "1" {
+			e.Ephemeral = true
 			teardown = func() {
 				if err := lab.Down(context.Background(), labctl.DownOptions{KeepLogs: true}); err != nil {
 					fmt.Fprintf(os.Stderr, "e2e: lab down: %v\n", err)

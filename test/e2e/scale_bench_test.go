@@ -73,7 +73,7 @@ func BenchmarkFailoverScale(b *testing.B) {
 }
 
 // createScale creates n Services e2e-scale-NNNNN (deleted when the benchmark
-// ends) and reports the intervals and CPU use described above.
+// ends, unless the lab goes down with them) and reports the intervals and CPU use described above.
 func createScale(b *testing.B, e *Env, lab *labctl.Lab, n int) {
 	ctx := context.Background()
 	cs := fastClient(b, e)
@@ -82,6 +82,9 @@ func createScale(b *testing.B, e *Env, lab *labctl.Lab, n int) {
 		names[i] = fmt.Sprintf("e2e-scale-%05d", i+1)
 	}
 	b.Cleanup(func() {
+		if e.Ephemeral {
+			return // the lab goes down with everything in it
+		}
 		start := time.Now()
 		if err := parallel(names, func(name string) error {
 			err := cs.CoreV1().Services("default").Delete(context.Background(), name, metav1.DeleteOptions{})
@@ -233,7 +236,9 @@ func labCPU(ctx context.Context, e *Env, lab *labctl.Lab) map[string]float64 {
 	return out
 }
 
-// cpuSeconds reads utime+stime of pid from /proc (0 if it is gone).
+// cpuSeconds reads the CPU time of pid from /proc: its own (utime, stime) and
+// that of its children it has waited for (cutime, cstime: kube-proxy's
+// iptables-restore runs); 0 if it is gone.
 func cpuSeconds(pid int) float64 {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
@@ -241,15 +246,18 @@ func cpuSeconds(pid int) float64 {
 	}
 	s := string(data)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
+	if len(f) < 15 {
 		return 0
 	}
-	ut, err1 := strconv.ParseFloat(f[11], 64)
-	st, err2 := strconv.ParseFloat(f[12], 64)
-	if err1 != nil || err2 != nil {
-		return 0
+	var ticks float64
+	for _, v := range f[11:15] { // fields 14-17 of stat(5): utime stime cutime cstime
+		t, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return 0
+		}
+		ticks += t
 	}
-	return (ut + st) / 100 // clock ticks: USER_HZ is 100 on Linux
+	return ticks / 100 // USER_HZ is 100 on Linux
 }
 
 // cpuDelta formats the CPU seconds spent between two labCPU readings, the
