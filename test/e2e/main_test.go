@@ -66,8 +66,8 @@ type Env struct {
 	// Ephemeral: the suite brought the lab up and takes it down at the end,
 	// so what a benchmark creates need not be deleted one by one.
 	Ephemeral bool
-	CS    kubernetes.Interface
-	C     client.WithWatch
+	CS        kubernetes.Interface
+	C         client.WithWatch
 }
 
 func TestMain(m *testing.M) {
