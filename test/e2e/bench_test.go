@@ -206,16 +206,25 @@ func pct(sorted []time.Duration, p int) time.Duration {
 	return sorted[i]
 }
 
-func speakerPodOrEmpty(e *Env, node string) string {
+// findSpeakerPod returns the speaker pod of node that is not being deleted
+// (nil if none, or if the pods cannot be listed).
+func findSpeakerPod(e *Env, node string) *corev1.Pod {
 	var pods corev1.PodList
 	if err := e.C.List(context.Background(), &pods, client.InNamespace(Namespace),
 		client.MatchingLabels{"app.kubernetes.io/component": "speaker"}); err != nil {
-		return ""
+		return nil
 	}
-	for _, p := range pods.Items {
-		if p.Spec.NodeName == node && p.DeletionTimestamp == nil {
-			return p.Name
+	for i := range pods.Items {
+		if p := &pods.Items[i]; p.Spec.NodeName == node && p.DeletionTimestamp == nil {
+			return p
 		}
+	}
+	return nil
+}
+
+func speakerPodOrEmpty(e *Env, node string) string {
+	if p := findSpeakerPod(e, node); p != nil {
+		return p.Name
 	}
 	return ""
 }

@@ -200,21 +200,14 @@ func requireFailover(t *testing.T, what string, rep probe.Report, mv moveCount, 
 	requireEachConnServed(t, what, rep)
 }
 
-// speakerPodObj returns the running speaker pod of node.
+// speakerPodObj returns the speaker pod of node.
 func (e *Env) speakerPodObj(t *testing.T, node string) *corev1.Pod {
 	t.Helper()
-	var pods corev1.PodList
-	if err := e.C.List(context.Background(), &pods, client.InNamespace(Namespace),
-		client.MatchingLabels{"app.kubernetes.io/component": "speaker"}); err != nil {
-		t.Fatal(err)
+	p := findSpeakerPod(e, node)
+	if p == nil {
+		t.Fatalf("no speaker pod on %s", node)
 	}
-	for i := range pods.Items {
-		if p := &pods.Items[i]; p.Spec.NodeName == node && p.DeletionTimestamp == nil {
-			return p
-		}
-	}
-	t.Fatalf("no speaker pod on %s", node)
-	return nil
+	return p
 }
 
 // signaller returns the Hosts' ContainerSignaller or skips the test.
@@ -344,22 +337,15 @@ func headLines(s string, n int) string {
 func (e *Env) waitSpeakerRestarted(t *testing.T, node, before string) {
 	t.Helper()
 	poll(t, 3*time.Minute, "the speaker on "+node+" restarted and ironlb ready", func() (bool, string) {
-		var pods corev1.PodList
-		if err := e.C.List(context.Background(), &pods, client.InNamespace(Namespace),
-			client.MatchingLabels{"app.kubernetes.io/component": "speaker"}); err != nil {
-			return false, err.Error()
+		p := findSpeakerPod(e, node)
+		if p == nil {
+			return false, "no speaker pod on " + node
 		}
-		for _, p := range pods.Items {
-			if p.Spec.NodeName != node || p.DeletionTimestamp != nil {
-				continue
-			}
-			if id := containerID(&p, "speaker"); id == before || id == "" || !podReady(&p) {
-				return false, fmt.Sprintf("speaker pod %s: container %q (before %q), ready %v", p.Name, id, before, podReady(&p))
-			}
-			why := e.notReady(context.Background())
-			return why == "", why
+		if id := containerID(p, "speaker"); id == before || id == "" || !podReady(p) {
+			return false, fmt.Sprintf("speaker pod %s: container %q (before %q), ready %v", p.Name, id, before, podReady(p))
 		}
-		return false, "no speaker pod on " + node
+		why := e.notReady(context.Background())
+		return why == "", why
 	})
 }
 

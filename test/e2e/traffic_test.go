@@ -28,6 +28,8 @@ type clientLoop struct {
 	wg       sync.WaitGroup
 	res      Result
 	err      error
+	once     sync.Once
+	endErr   error
 }
 
 // runProbe starts e2e-probe on the client with args, stopped by finish.
@@ -46,13 +48,25 @@ func newStopFile() string { return fmt.Sprintf("/tmp/ironlb-e2e-stop-%d", time.N
 // finish tells the client loop to stop and waits for its output in l.res.
 func (l *clientLoop) finish(t testing.TB) {
 	t.Helper()
-	if _, err := l.e.Hosts.Run(context.Background(), ClientHost, "touch", l.stopFile); err != nil {
-		t.Fatalf("stopping the client loop: %v", err)
+	if err := l.end(); err != nil {
+		t.Fatal(err)
 	}
-	l.wg.Wait()
-	if l.err != nil {
-		t.Fatalf("client loop: %v", l.err)
-	}
+}
+
+// end stops the loop (once; later calls wait for the first) and returns the
+// error of stopping or running it.
+func (l *clientLoop) end() error {
+	l.once.Do(func() {
+		if _, err := l.e.Hosts.Run(context.Background(), ClientHost, "touch", l.stopFile); err != nil {
+			l.endErr = fmt.Errorf("stopping the client loop: %w", err)
+			return
+		}
+		l.wg.Wait()
+		if l.err != nil {
+			l.endErr = fmt.Errorf("client loop: %w", l.err)
+		}
+	})
+	return l.endErr
 }
 
 // keepAliveConns is how many persistent connections the hitless tests hold.
@@ -76,6 +90,8 @@ func (e *Env) startTraffic(t testing.TB, ip string) *traffic {
 	tr := &traffic{readyFile: newStopFile() + "-ready"}
 	tr.loop = e.runProbe("--url", "http://"+ip+"/", "--interval", "20ms", "--timeout", "1s",
 		"--keepalive", fmt.Sprint(keepAliveConns), "--keepalive-interval", "100ms", "--ready-file", tr.readyFile)
+	// A test that fails before stop leaves no probe running on the client.
+	t.Cleanup(func() { _ = tr.loop.end() }) // after stop: a no-op; before: the test has failed already
 	poll(t, 30*time.Second, fmt.Sprintf("%d keep-alive connections from %s to %s answered", keepAliveConns, ClientHost, ip), func() (bool, string) {
 		r, err := e.Hosts.Run(context.Background(), ClientHost, "rm", tr.readyFile)
 		if err != nil {
