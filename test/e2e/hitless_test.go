@@ -327,6 +327,7 @@ func TestHitlessSpeakerFreeze(t *testing.T) {
 	e.checkAnnouncer(t, f, f.owner)
 }
 
+// headLines returns the first n lines of s.
 func headLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[:min(n, len(lines))], "\n")
