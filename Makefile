@@ -138,6 +138,12 @@ test-e2e: image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Run th
 bench-failover: image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Failover figures in the lab (root): hard kills (E2E_FAILOVER_KILLS=20) and graceful speaker restarts (E2E_GRACEFUL_RUNS=5) (docs/benchmarks-e2e.md).
 	go test -tags e2e ./test/e2e -run '^$$' -bench Failover -benchtime 1x -timeout 60m -v
 
+.PHONY: bench-failover-scale
+bench-failover-scale: N ?= 2000
+bench-failover-scale: build lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## N LoadBalancer Services (N=2000; the lab gets a /16 service CIDR), how long creating them takes, then hard-kill failover among them (E2E_FAILOVER_KILLS=5) (docs/benchmarks-e2e.md).
+	LAB_SERVICE_CIDR=$(if $(filter 10.200.1.0/24,$(LAB_SERVICE_CIDR)),10.200.0.0/16,$(LAB_SERVICE_CIDR)) E2E_SCALE_SERVICES=$(N) \
+		go test -tags e2e ./test/e2e -run '^$$' -bench FailoverScale -benchtime 1x -timeout 90m -v
+
 .PHONY: bench-create
 bench-create: image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Service created -> IP -> first ARP reply -> first good request, in the lab (root; E2E_CREATE_RUNS=10) (docs/benchmarks-e2e.md).
 	go test -tags e2e ./test/e2e -run '^$$' -bench ServiceToTraffic -benchtime 1x -timeout 30m -v
@@ -153,7 +159,7 @@ bench-controller: ## Benchmark the controller on envtest: create->IP latency, 10
 ##@ Demo
 
 .PHONY: demo
-demo: ## The walkthrough end to end in the lab (root): make image, lab up, helm install, apply examples/walkthrough, curl from mypc. Leaves the lab up.
+demo: ## The walkthrough end to end in the lab (root; LAB_WORKERS, LAB_SERVICE_CIDR): make image, lab up, helm install, apply examples/walkthrough, curl from mypc. Leaves the lab up.
 	hack/demo.sh
 
 ##@ Build
@@ -247,15 +253,19 @@ $(IMAGE_TOOL): hack/image/go.mod hack/image/go.sum $(wildcard hack/image/*.go ha
 ##@ Lab
 
 LAB ?= $(LOCALBIN)/lab
+# Worker nodes (up to 90; each costs ~90 MiB) and service CIDR of the lab (make lab-up, make
+# demo, make test-e2e and the lab benchmarks); a /16 makes room for thousands of Services.
 LAB_WORKERS ?= 3
+LAB_SERVICE_CIDR ?= 10.200.1.0/24
+export LAB_WORKERS LAB_SERVICE_CIDR
 
 .PHONY: lab
 lab: ## Build the lab command into ./bin/lab.
 	go build -o $(LAB) ./test/lab/cmd/lab
 
 .PHONY: lab-up
-lab-up: image lab $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Bring the lab cluster up in network namespaces (LAB_WORKERS=3).
-	$(LAB) up --workers $(LAB_WORKERS)
+lab-up: image lab $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Bring the lab cluster up in network namespaces (LAB_WORKERS=3, LAB_SERVICE_CIDR=10.200.1.0/24).
+	$(LAB) up --workers $(LAB_WORKERS) --service-cidr $(LAB_SERVICE_CIDR)
 
 .PHONY: lab-down
 lab-down: lab ## Remove the lab: every ilb-* namespace, link, process and .lab.

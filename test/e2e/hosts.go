@@ -7,9 +7,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ironlb/ironlb/test/lab/labctl"
+	"github.com/ironlb/ironlb/test/lab/labnet"
 )
 
 // ClientHost is the external client's host name (the walkthrough's mypc).
@@ -36,6 +44,20 @@ type NodeKiller interface {
 	RestoreNode(ctx context.Context, node string) error
 }
 
+// ContainerSignaller is implemented by Hosts that can signal a container's
+// process directly, behind the kubelet's back (the lab): SIGKILL a speaker as
+// a crash would, freeze it with SIGSTOP. Tests that need it skip without it.
+type ContainerSignaller interface {
+	SignalContainer(ctx context.Context, pod *corev1.Pod, container string, sig syscall.Signal) error
+}
+
+// LinkCutter is implemented by Hosts that can take a node's link down at the
+// switch, so that the node's NIC loses carrier while its processes keep
+// running, and bring it back (the lab). Tests that need it skip without it.
+type LinkCutter interface {
+	SetNodeLink(ctx context.Context, node string, up bool) error
+}
+
 // PodLogger is implemented by Hosts that read container logs themselves (the
 // lab's node agent has no log endpoint for kubectl logs).
 type PodLogger interface {
@@ -55,6 +77,54 @@ func (h LabHosts) KillNode(ctx context.Context, node string) error { return h.La
 
 func (h LabHosts) RestoreNode(ctx context.Context, node string) error {
 	return h.Lab.RestoreNode(ctx, node)
+}
+
+// SignalContainer signals the container's process: the lab's node agent runs
+// containers as processes of this machine and reports "lab://<pid>" as the
+// container ID. The process must run a program of the lab's bin/, so that a
+// stale status never makes it signal anything else.
+func (h LabHosts) SignalContainer(_ context.Context, pod *corev1.Pod, container string, sig syscall.Signal) error {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name != container {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimPrefix(cs.ContainerID, "lab://"))
+		if err != nil || pid <= 1 || cs.State.Running == nil {
+			return fmt.Errorf("pod %s/%s container %s: no running process (container ID %q, state %+v)", pod.Namespace, pod.Name, container, cs.ContainerID, cs.State)
+		}
+		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		if err != nil {
+			return fmt.Errorf("pod %s/%s container %s: process %d: %w", pod.Namespace, pod.Name, container, pid, err)
+		}
+		if filepath.Dir(exe) != h.Lab.BinDir() {
+			return fmt.Errorf("pod %s/%s container %s: process %d runs %s, not a program of %s", pod.Namespace, pod.Name, container, pid, exe, h.Lab.BinDir())
+		}
+		if err := syscall.Kill(pid, sig); err != nil {
+			return fmt.Errorf("pod %s/%s container %s: kill -%d %d: %w", pod.Namespace, pod.Name, container, sig, pid, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("pod %s/%s has no status for container %s", pod.Namespace, pod.Name, container)
+}
+
+// SetNodeLink sets the node's switch port (the bridge end of its veth) down
+// or up: the node's eth0 loses or regains carrier, as with a cable pulled at
+// the switch; unlike KillNode, nothing on the node is stopped.
+func (h LabHosts) SetNodeLink(ctx context.Context, node string, up bool) error {
+	topo, err := h.Lab.Topology()
+	if err != nil {
+		return err
+	}
+	host, ok := topo.Host(node)
+	if !ok || !host.Node {
+		return fmt.Errorf("no node %q in the lab", node)
+	}
+	state := "down"
+	if up {
+		state = "up"
+	}
+	_, err = labnet.IP(ctx, "-n", topo.SwitchNS(), "link", "set", host.SwitchPort(), state)
+	return err
 }
 
 func (h LabHosts) PodLogs(namespace, name string) (string, error) {

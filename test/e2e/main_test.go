@@ -35,6 +35,8 @@ import (
 //	E2E_CLIENT      docker: the client container (default mypc)
 //	E2E_INSTALL     0: do not helm upgrade --install the chart (it is installed)
 //	E2E_KEEP_LAB    1: leave the lab the suite brought up running
+//	LAB_WORKERS, LAB_SERVICE_CIDR  the lab the suite brings up (default 3
+//	                workers, 10.200.1.0/24), as for make lab-up
 //	E2E_PROBE       path of e2e-probe (./test/e2e/cmd/e2e-probe) on the client;
 //	                lab: built by the suite; docker: unset means curl loops
 //	E2E_KUBECTL, E2E_HELM  binaries (default bin/kubectl, bin/helm, else PATH)
@@ -58,10 +60,14 @@ type Env struct {
 	Kubectl    string
 	Helm       string
 	Hosts      Hosts
-	// Probe is the e2e-probe binary's path on the client ("" : curl loops).
+	// Probe is the e2e-probe binary's path on the client ("": none; the
+	// tests that need it skip).
 	Probe string
-	CS    kubernetes.Interface
-	C     client.Client
+	// Ephemeral: the suite brought the lab up and takes it down at the end,
+	// so what a benchmark creates need not be deleted one by one.
+	Ephemeral bool
+	CS        kubernetes.Interface
+	C         client.WithWatch
 }
 
 func TestMain(m *testing.M) {
@@ -131,11 +137,12 @@ func setup(ctx context.Context) (*Env, func(), string, error) {
 		st, _ := lab.ReadState()
 		wasUp := st != nil && st.Ready && lab.Healthy(ctx) == nil
 		start := time.Now()
-		if err := lab.Up(ctx, labctl.UpOptions{Workers: 3}); err != nil {
+		if err := lab.Up(ctx, labctl.UpOptions{Workers: getenvInt("LAB_WORKERS", 3), ServiceCIDR: os.Getenv("LAB_SERVICE_CIDR")}); err != nil {
 			return nil, nil, "", fmt.Errorf("lab up: %w", err)
 		}
 		fmt.Fprintf(os.Stderr, "e2e: lab up in %.1fs\n", time.Since(start).Seconds())
 		if !wasUp && os.Getenv("E2E_KEEP_LAB") != "1" {
+			e.Ephemeral = true
 			teardown = func() {
 				if err := lab.Down(context.Background(), labctl.DownOptions{KeepLogs: true}); err != nil {
 					fmt.Fprintf(os.Stderr, "e2e: lab down: %v\n", err)
@@ -177,7 +184,7 @@ func setup(ctx context.Context) (*Env, func(), string, error) {
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = v1beta1.AddToScheme(scheme)
-	if e.C, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+	if e.C, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
 		return nil, teardown, "", err
 	}
 	if os.Getenv("E2E_INSTALL") != "0" {

@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ironlb/ironlb/api/v1beta1"
-	"github.com/ironlb/ironlb/internal/election"
 )
 
 const excludeLBLabel = "node.kubernetes.io/exclude-from-external-load-balancers"
@@ -78,47 +77,54 @@ func TestControllerRestarts(t *testing.T) {
 }
 
 // TestETPLocal: a Service with externalTrafficPolicy Local is announced only
-// from a node with a ready endpoint, even where the hash would pick another.
+// from a node with a ready endpoint; when the endpoint moves to another node,
+// the announcement follows it.
 func TestETPLocal(t *testing.T) {
 	e := requireEnv(t)
 	applyWalkthrough(t, e)
 	var watch []string
 	dumpOnFailure(t, e, func() []string { return watch })
 	tp := e.topology(t)
-	podNode := without(tp.nodes, tp.controlPlane)[0]
-	ip, rank := tp.pickIP(t, tp.nodes, func(rank []string) bool { return rank[0] != podNode })
-	watch = []string{podNode, rank[0]}
-	e.create(t, whoamiPod("e2e-local-pod", "e2e-local", podNode))
-	svc := lbService("e2e-local", "e2e-local", ip)
-	svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
-	e.create(t, svc)
-	e.waitIngressIP(t, "default", "e2e-local")
-	e.waitAnnouncer(t, "default", "e2e-local", podNode)
-	e.waitServing(t, ip)
+	workers := without(tp.nodes, tp.controlPlane)
+	ip := tp.freeIP(t)
 	macs, err := e.nodeMACs(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.waitNeighbour(t, ip, podNode, macs)
-	t.Logf("e2e-local (%s): hash winner %s, announced from %s, the only node with an endpoint", ip, rank[0], podNode)
+	svc := lbService("e2e-local", "e2e-local", ip)
+	svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	for i, podNode := range workers[:2] {
+		watch = append(watch, podNode)
+		pod := whoamiPod(fmt.Sprintf("e2e-local-pod%d", i+1), "e2e-local", podNode)
+		e.create(t, pod)
+		if i == 0 {
+			e.create(t, svc)
+			e.waitIngressIP(t, "default", "e2e-local")
+		}
+		e.waitAnnouncer(t, "default", "e2e-local", podNode)
+		e.waitServing(t, ip)
+		e.waitNeighbour(t, ip, podNode, macs)
+		t.Logf("e2e-local (%s): announced from %s, the only node with an endpoint", ip, podNode)
+		if err := e.C.Delete(context.Background(), pod); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // TestExcludeLBLabel: labelling the announcer
-// node.kubernetes.io/exclude-from-external-load-balancers moves the IP to the
-// next node; removing the label moves it back.
+// node.kubernetes.io/exclude-from-external-load-balancers moves the IP to
+// another node; removing the label moves nothing (no failback).
 func TestExcludeLBLabel(t *testing.T) {
 	e := requireEnv(t)
 	applyWalkthrough(t, e)
 	var watch []string
 	dumpOnFailure(t, e, func() []string { return watch })
 	tp := e.topology(t)
-	ip, rank := tp.pickIP(t, tp.nodes, func(rank []string) bool { return rank[0] != tp.controlPlane })
-	first := rank[0]
-	second := election.Winner(ip, without(tp.nodes, first))
-	watch = []string{first, second}
+	ip := tp.freeIP(t)
 	e.create(t, lbService("e2e-exclude", "webpod", ip))
 	e.waitIngressIP(t, "default", "e2e-exclude")
-	e.waitAnnouncer(t, "default", "e2e-exclude", first)
+	first := e.waitAnnouncer(t, "default", "e2e-exclude", "")
+	watch = []string{first}
 	macs, err := e.nodeMACs(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -143,44 +149,55 @@ func TestExcludeLBLabel(t *testing.T) {
 	}
 	setLabel(true)
 	t.Cleanup(func() { setLabel(false) })
-	e.waitAnnouncer(t, "default", "e2e-exclude", second)
+	var second string
+	poll(t, 2*time.Minute, "e2e-exclude announced from a node other than the labelled "+first, func() (bool, string) {
+		nodes, err := e.announcers(context.Background(), "default", "e2e-exclude")
+		if err != nil {
+			return false, err.Error()
+		}
+		if len(nodes) != 1 || nodes[0] == first {
+			return false, fmt.Sprintf("announcers %v", nodes)
+		}
+		second = nodes[0]
+		return true, ""
+	})
+	watch = append(watch, second)
 	e.waitNeighbour(t, ip, second, macs)
 	e.waitServing(t, ip)
+
+	mv := e.watchMoves(t, "default", "e2e-exclude", second)
 	setLabel(false)
-	e.waitAnnouncer(t, "default", "e2e-exclude", first)
-	e.waitNeighbour(t, ip, first, macs)
+	time.Sleep(settle)
+	if mc := mv.stop(t); mc.StatusMoves != 0 || mc.EventMoves != 0 {
+		t.Errorf("removing the label from %s moved e2e-exclude (%s) again (target: no failback): %d ServiceL2Status moves, %d nodeAssigned moves (timeline logged above)", first, ip, mc.StatusMoves, mc.EventMoves)
+	}
+	e.curlOnce(context.Background(), ip)
+	if mac, line, err := e.neighMAC(context.Background(), ip); err != nil || mac != macs[second] {
+		t.Errorf("%s's neighbour entry for %s: %q (err %v), want %s's MAC %s", ClientHost, ip, line, err, second, macs[second])
+	}
 }
 
 // TestL2AdvertisementNodeSelector: an advertisement with nodeSelectors
-// announces its pool only from the selected node.
+// announces its pool only from the selected node; pointed at another node,
+// the announcement follows.
 func TestL2AdvertisementNodeSelector(t *testing.T) {
 	e := requireEnv(t)
 	applyWalkthrough(t, e)
 	var watch []string
 	dumpOnFailure(t, e, func() []string { return watch })
 	tp := e.topology(t)
-	selected := without(tp.nodes, tp.controlPlane)[1]
-	// A pool of its own, announced only from the selected node; the address is
-	// one the hash would give to another node.
-	var ip string
-	for i := 10; i < 20; i++ {
-		cand := fmt.Sprintf("172.18.254.%d", i)
-		if election.Winner(cand, tp.nodes) != selected {
-			ip = cand
-			break
-		}
-	}
-	watch = []string{selected, election.Winner(ip, tp.nodes)}
+	workers := without(tp.nodes, tp.controlPlane)
+	ip := "172.18.254.10"
 	pool := &v1beta1.IPAddressPool{
 		ObjectMeta: metav1.ObjectMeta{Name: "e2e-selector-pool", Namespace: Namespace},
 		Spec:       v1beta1.IPAddressPoolSpec{Addresses: []string{"172.18.254.10-172.18.254.19"}, AutoAssign: ptr(false)},
 	}
+	selectNode := func(node string) []metav1.LabelSelector {
+		return []metav1.LabelSelector{{MatchLabels: map[string]string{"kubernetes.io/hostname": node}}}
+	}
 	adv := &v1beta1.L2Advertisement{
 		ObjectMeta: metav1.ObjectMeta{Name: "e2e-selector-adv", Namespace: Namespace},
-		Spec: v1beta1.L2AdvertisementSpec{
-			IPAddressPools: []string{pool.Name},
-			NodeSelectors:  []metav1.LabelSelector{{MatchLabels: map[string]string{"kubernetes.io/hostname": selected}}},
-		},
+		Spec:       v1beta1.L2AdvertisementSpec{IPAddressPools: []string{pool.Name}, NodeSelectors: selectNode(workers[1])},
 	}
 	e.create(t, pool)
 	e.create(t, adv)
@@ -190,14 +207,28 @@ func TestL2AdvertisementNodeSelector(t *testing.T) {
 	if got := e.waitIngressIP(t, "default", "e2e-selector"); got != ip {
 		t.Fatalf("e2e-selector got %s, requested %s", got, ip)
 	}
-	e.waitAnnouncer(t, "default", "e2e-selector", selected)
-	e.waitServing(t, ip)
 	macs, err := e.nodeMACs(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.waitNeighbour(t, ip, selected, macs)
-	t.Logf("e2e-selector (%s): hash winner over all nodes %s, announced from the selected %s", ip, election.Winner(ip, tp.nodes), selected)
+	for i, selected := range []string{workers[1], workers[2]} {
+		watch = append(watch, selected)
+		if i > 0 {
+			var cur v1beta1.L2Advertisement
+			if err := e.C.Get(context.Background(), client.ObjectKeyFromObject(adv), &cur); err != nil {
+				t.Fatal(err)
+			}
+			patch := client.MergeFrom(cur.DeepCopy())
+			cur.Spec.NodeSelectors = selectNode(selected)
+			if err := e.C.Patch(context.Background(), &cur, patch); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.waitAnnouncer(t, "default", "e2e-selector", selected)
+		e.waitServing(t, ip)
+		e.waitNeighbour(t, ip, selected, macs)
+		t.Logf("e2e-selector (%s): announced from the selected %s", ip, selected)
+	}
 }
 
 // TestIPSharing: a TCP and a UDP Service sharing one IP
@@ -207,9 +238,7 @@ func TestIPSharing(t *testing.T) {
 	applyWalkthrough(t, e)
 	var watch []string
 	dumpOnFailure(t, e, func() []string { return watch })
-	tp := e.topology(t)
-	ip, rank := tp.pickIP(t, tp.nodes, func([]string) bool { return true })
-	watch = rank[:1]
+	ip := e.topology(t).freeIP(t)
 	tcp := lbService("e2e-share-tcp", "webpod", ip)
 	tcp.Annotations["metallb.io/allow-shared-ip"] = "e2e-share"
 	udp := lbService("e2e-share-udp", "webpod", ip)
@@ -224,6 +253,7 @@ func TestIPSharing(t *testing.T) {
 	}
 	a := e.waitAnnouncer(t, "default", "e2e-share-tcp", "")
 	b := e.waitAnnouncer(t, "default", "e2e-share-udp", "")
+	watch = []string{a, b}
 	if a != b {
 		t.Errorf("the shared IP %s is announced from %s (TCP service) and %s (UDP service), want one node", ip, a, b)
 	}

@@ -87,7 +87,9 @@ func RunARP(ctx context.Context, o ARPOptions) ([]ARPRecord, error) {
 	}()
 
 	var sendErr error
-	every(ctx, o.Interval, o.Duration, o.StopFile, func(time.Time) {
+	ctx, cancel := StopWhen(ctx, o.StopFile, o.Duration)
+	defer cancel()
+	every(ctx, o.Interval, func(time.Time) {
 		if err := c.Request(o.Target); err != nil && sendErr == nil {
 			sendErr = fmt.Errorf("sending ARP request for %v on %s: %w", o.Target, ifi.Name, err)
 		}

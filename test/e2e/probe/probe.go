@@ -21,6 +21,9 @@ import (
 	"time"
 )
 
+// DefaultInterval is Run's interval when Options.Interval is 0 (50 req/s).
+const DefaultInterval = 20 * time.Millisecond
+
 // Options configure Run.
 type Options struct {
 	URL      string
@@ -44,7 +47,7 @@ type Record struct {
 // returns the records in send order.
 func Run(ctx context.Context, o Options) []Record {
 	if o.Interval <= 0 {
-		o.Interval = 20 * time.Millisecond
+		o.Interval = DefaultInterval
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = time.Second
@@ -59,7 +62,9 @@ func Run(ctx context.Context, o Options) []Record {
 		recs []Record
 		wg   sync.WaitGroup
 	)
-	every(ctx, o.Interval, o.Duration, o.StopFile, func(sent time.Time) {
+	ctx, cancel := StopWhen(ctx, o.StopFile, o.Duration)
+	defer cancel()
+	every(ctx, o.Interval, func(sent time.Time) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -89,27 +94,46 @@ func Run(ctx context.Context, o Options) []Record {
 	return recs
 }
 
-// every calls send every interval, starting at once, until ctx ends, d (if
-// > 0) has passed or stopFile (if set) exists; the file is removed first and
-// when seen, so the next run starts clean.
-func every(ctx context.Context, interval, d time.Duration, stopFile string, send func(time.Time)) {
+// StopWhen returns a context that ends with ctx, after d (if > 0), or once
+// stopFile (if set) exists. The file is removed first, so a file left by an
+// earlier run is not obeyed, and again when seen, so the next run starts clean.
+// The suite stops a probe on the client by creating the file: a signal would
+// not cross `ip netns exec` or `docker exec`.
+func StopWhen(ctx context.Context, stopFile string, d time.Duration) (context.Context, context.CancelFunc) {
+	var cancel context.CancelFunc
 	if d > 0 {
-		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d)
-		defer cancel()
+	} else {
+		ctx, cancel = context.WithCancel(ctx)
 	}
-	if stopFile != "" {
-		_ = os.Remove(stopFile)
+	if stopFile == "" {
+		return ctx, cancel
 	}
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for n := 0; ctx.Err() == nil; n++ {
-		if stopFile != "" && n%5 == 0 {
-			if _, err := os.Stat(stopFile); err == nil {
-				_ = os.Remove(stopFile)
+	_ = os.Remove(stopFile) // absent is the normal case
+	go func() {
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
 				return
+			case <-t.C:
+				if _, err := os.Stat(stopFile); err == nil {
+					_ = os.Remove(stopFile) // seen: the run ends either way
+					cancel()
+					return
+				}
 			}
 		}
+	}()
+	return ctx, cancel
+}
+
+// every calls send every interval, starting at once, until ctx ends.
+func every(ctx context.Context, interval time.Duration, send func(time.Time)) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for ctx.Err() == nil {
 		send(time.Now())
 		select {
 		case <-ctx.Done():

@@ -51,7 +51,7 @@ func (l *Lab) writePKI(t *labnet.Topology, hostServer string) error {
 		CommonName: "kube-apiserver",
 		DNSNames: []string{"localhost", cp.Name, "kubernetes", "kubernetes.default", "kubernetes.default.svc",
 			"kubernetes.default.svc.cluster.local"},
-		IPs:    []net.IP{net.IPv4(127, 0, 0, 1), net.IP(cp.IP.AsSlice()), net.IP(labnet.KubernetesServiceIP.AsSlice())},
+		IPs:    []net.IP{net.IPv4(127, 0, 0, 1), net.IP(cp.IP.AsSlice()), net.IP(t.KubernetesServiceIP().AsSlice())},
 		Server: true,
 	})
 	if err != nil {
@@ -173,7 +173,7 @@ func (l *Lab) controlPlaneProcs(t *labnet.Topology) []Proc {
 			"--kubelet-client-certificate=" + l.pki("apiserver-kubelet-client.crt"),
 			"--kubelet-client-key=" + l.pki("apiserver-kubelet-client.key"),
 			"--kubelet-preferred-address-types=InternalIP,Hostname",
-			"--service-cluster-ip-range=" + labnet.ServiceSubnet.String(),
+			"--service-cluster-ip-range=" + t.ServiceSubnet.String(),
 			"--service-node-port-range=30000-32767",
 			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 			"--service-account-key-file=" + l.pki("sa.pub"),
@@ -191,7 +191,7 @@ func (l *Lab) controlPlaneProcs(t *labnet.Topology) []Proc {
 			"--root-ca-file=" + l.pki("ca.crt"),
 			"--cluster-signing-cert-file=" + l.pki("ca.crt"), "--cluster-signing-key-file=" + l.pki("ca.key"),
 			"--cluster-cidr=" + labnet.PodSubnet.String(), "--allocate-node-cidrs=false",
-			"--service-cluster-ip-range=" + labnet.ServiceSubnet.String(),
+			"--service-cluster-ip-range=" + t.ServiceSubnet.String(),
 			"--profiling=false",
 			"--v=1"}},
 		{Name: "kube-scheduler", NS: ns, Args: []string{l.bin("kube-scheduler"),
@@ -201,7 +201,7 @@ func (l *Lab) controlPlaneProcs(t *labnet.Topology) []Proc {
 }
 
 // nodeProcs are a node's kube-proxy (in the recorded proxy mode) and node agent.
-func (l *Lab) nodeProcs(n labnet.Host) []Proc {
+func (l *Lab) nodeProcs(t *labnet.Topology, n labnet.Host) []Proc {
 	mode := ProxyIptables
 	if st, _ := l.ReadState(); st != nil && st.ProxyMode != "" {
 		mode = st.ProxyMode
@@ -210,7 +210,7 @@ func (l *Lab) nodeProcs(n labnet.Host) []Proc {
 	agent := []string{l.bin("lab-agent"),
 		"--node-name", n.Name, "--node-ip", n.IP.String(), "--pod-cidr", n.PodCIDR.String(),
 		"--kubeconfig", l.pki(nodeKubeconfigName(n.Name)), "--state-dir", l.NodeDir(n.Name),
-		"--netns", ns, "--images", l.imagesPath()}
+		"--netns", ns, "--images", l.imagesPath(), "--kubernetes-service-host", t.KubernetesServiceIP().String()}
 	if n.ControlPlane {
 		agent = append(agent, "--control-plane")
 	}

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -99,12 +100,23 @@ func (l *Lab) statePath() string { return filepath.Join(l.StateDir(), "state.jso
 
 // State is what a running lab records about itself in .lab/state.json.
 type State struct {
-	Workers     int       `json:"workers"`
-	ProxyMode   string    `json:"proxyMode"`
+	Workers   int    `json:"workers"`
+	ProxyMode string `json:"proxyMode"`
+	// ServiceCIDR is the service CIDR ("" in a state written before it was
+	// recorded: the default).
+	ServiceCIDR string    `json:"serviceCIDR,omitempty"`
 	ForwardAddr string    `json:"forwardAddr"`
 	StartedAt   time.Time `json:"startedAt"`
 	// Ready is set once the whole lab came up; a state without it is a crashed bring-up.
 	Ready bool `json:"ready"`
+}
+
+// serviceSubnet is the recorded service CIDR (the default if none or unreadable).
+func (s *State) serviceSubnet() netip.Prefix {
+	if p, err := labnet.ParseServiceSubnet(s.ServiceCIDR); err == nil {
+		return p
+	}
+	return labnet.DefaultServiceSubnet
 }
 
 // ReadState returns the recorded state, or nil if there is none.
@@ -140,11 +152,15 @@ func (l *Lab) Topology() (*labnet.Topology, error) {
 	if err != nil {
 		return nil, err
 	}
-	workers := DefaultWorkers
-	if s != nil {
-		workers = s.Workers
+	if s == nil {
+		return labnet.New(DefaultWorkers)
 	}
-	return labnet.New(workers)
+	t, err := labnet.New(s.Workers)
+	if err != nil {
+		return nil, err
+	}
+	t.ServiceSubnet = s.serviceSubnet()
+	return t, nil
 }
 
 // printf writes progress to the console; a failed write there has nowhere to be reported.

@@ -117,7 +117,7 @@ func (l *Lab) RestoreNode(ctx context.Context, name string) error {
 	if err := topo.ConnectHost(ctx, h); err != nil {
 		return err
 	}
-	procs := l.nodeProcs(h)
+	procs := l.nodeProcs(topo, h)
 	if h.ControlPlane {
 		procs = append(l.controlPlaneProcs(topo), procs...)
 	}

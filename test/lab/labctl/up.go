@@ -28,6 +28,9 @@ type UpOptions struct {
 	ProxyMode string
 	// NodesTimeout bounds the wait for every node to be Ready (default 90 s).
 	NodesTimeout time.Duration
+	// ServiceCIDR is the service CIDR ("": labnet.DefaultServiceSubnet); a
+	// bigger one makes room for thousands of Services (bench-failover-scale).
+	ServiceCIDR string
 }
 
 // Up brings the lab up. If a complete lab with the same worker count is running, it only
@@ -48,6 +51,12 @@ func (l *Lab) Up(ctx context.Context, opts UpOptions) error {
 	if err != nil {
 		return err
 	}
+	if opts.ServiceCIDR == "" {
+		opts.ServiceCIDR = labnet.DefaultServiceSubnet.String()
+	}
+	if topo.ServiceSubnet, err = labnet.ParseServiceSubnet(opts.ServiceCIDR); err != nil {
+		return err
+	}
 	if err := l.EnsurePrerequisites(ctx); err != nil {
 		return err
 	}
@@ -65,9 +74,9 @@ func (l *Lab) Up(ctx context.Context, opts UpOptions) error {
 	if st != nil && st.Ready {
 		herr := l.Healthy(ctx)
 		if herr == nil {
-			if st.Workers != opts.Workers || (st.ProxyMode != "" && st.ProxyMode != opts.ProxyMode) {
-				return fmt.Errorf("a lab with %d workers and kube-proxy in %s mode is running; run `make lab-down` (or `bin/lab down`) first to start one with %d workers in %s mode",
-					st.Workers, st.ProxyMode, opts.Workers, opts.ProxyMode)
+			if st.Workers != opts.Workers || (st.ProxyMode != "" && st.ProxyMode != opts.ProxyMode) || st.serviceSubnet() != topo.ServiceSubnet {
+				return fmt.Errorf("a lab with %d workers, kube-proxy in %s mode and service CIDR %s is running; run `make lab-down` (or `bin/lab down`) first to start one with %d workers, %s mode and service CIDR %s",
+					st.Workers, st.ProxyMode, st.serviceSubnet(), opts.Workers, opts.ProxyMode, topo.ServiceSubnet)
 			}
 			l.printf("The lab is already running (since %s).\n\n", st.StartedAt.Local().Format(time.Kitchen))
 			return l.Status(ctx)
@@ -126,7 +135,7 @@ func (l *Lab) up(ctx context.Context, topo *labnet.Topology, opts UpOptions) err
 		_ = lis.Close() // the error above is the one to report
 		return err
 	}
-	state := &State{Workers: opts.Workers, ProxyMode: opts.ProxyMode, ForwardAddr: lis.Addr().String(), StartedAt: time.Now()}
+	state := &State{Workers: opts.Workers, ProxyMode: opts.ProxyMode, ServiceCIDR: topo.ServiceSubnet.String(), ForwardAddr: lis.Addr().String(), StartedAt: time.Now()}
 	if err := l.writeState(state); err != nil {
 		_ = lis.Close() // the error above is the one to report
 		return err
@@ -170,7 +179,7 @@ func (l *Lab) up(ctx context.Context, topo *labnet.Topology, opts UpOptions) err
 		}
 	}
 	for _, n := range topo.Nodes() {
-		for _, p := range l.nodeProcs(n) {
+		for _, p := range l.nodeProcs(topo, n) {
 			if opts.NoAgent && strings.HasPrefix(p.Name, "lab-agent-") {
 				continue
 			}
@@ -242,7 +251,7 @@ func (l *Lab) Healthy(ctx context.Context) error {
 	if st == nil {
 		return errors.New("no lab is recorded in .lab/state.json")
 	}
-	topo, err := labnet.New(st.Workers)
+	topo, err := l.Topology()
 	if err != nil {
 		return err
 	}

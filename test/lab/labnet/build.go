@@ -82,7 +82,7 @@ func (t *Topology) ConnectHost(ctx context.Context, h Host) error {
 		// A locally generated packet needs a route before kube-proxy's OUTPUT rules DNAT it;
 		// with no default route (none is needed otherwise) ClusterIPs would be unreachable
 		// from the node itself and its hostNetwork pods.
-		steps = append(steps, []string{"-n", ns, "route", "replace", ServiceSubnet.String(), "dev", HostIf})
+		steps = append(steps, []string{"-n", ns, "route", "replace", t.ServiceSubnet.String(), "dev", HostIf})
 		// Direct routing: every node reaches the other nodes' pod CIDRs through their node IP.
 		for _, o := range t.Nodes() {
 			if o.Name == h.Name {

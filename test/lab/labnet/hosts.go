@@ -41,10 +41,9 @@ var (
 	NodeSubnet = netip.MustParsePrefix("172.18.0.0/16")
 	// PodSubnet is the cluster's pod CIDR; node N gets 10.10.N.0/24.
 	PodSubnet = netip.MustParsePrefix("10.10.0.0/16")
-	// ServiceSubnet is the service CIDR; the kubernetes Service is its first address.
-	ServiceSubnet = netip.MustParsePrefix("10.200.1.0/24")
-	// KubernetesServiceIP is the ClusterIP of the default/kubernetes Service.
-	KubernetesServiceIP = netip.MustParseAddr("10.200.1.1")
+	// DefaultServiceSubnet is the service CIDR unless another is asked for (lab up
+	// --service-cidr): kind's walkthrough config.
+	DefaultServiceSubnet = netip.MustParsePrefix("10.200.1.0/24")
 	// ClientIP is mypc's address.
 	ClientIP = netip.MustParseAddr("172.18.0.100")
 )
@@ -79,6 +78,33 @@ type Topology struct {
 	Hosts []Host
 	// Prefix prefixes the namespace names (NSPrefix for the lab).
 	Prefix string
+	// ServiceSubnet is the service CIDR (DefaultServiceSubnet unless set);
+	// the kubernetes Service is its first address.
+	ServiceSubnet netip.Prefix
+}
+
+// KubernetesServiceIP is the ClusterIP of the default/kubernetes Service: the
+// service CIDR's first address, as the API server allocates it.
+func (t *Topology) KubernetesServiceIP() netip.Addr { return t.ServiceSubnet.Masked().Addr().Next() }
+
+// ParseServiceSubnet checks a service CIDR for the lab: IPv4, a network
+// address, between /12 (the API server's largest) and /28, outside the node
+// and pod subnets.
+func ParseServiceSubnet(s string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(s)
+	switch {
+	case err != nil:
+		return netip.Prefix{}, fmt.Errorf("service CIDR %q: %w", s, err)
+	case !p.Addr().Is4():
+		return netip.Prefix{}, fmt.Errorf("service CIDR %q: the lab is IPv4 only", s)
+	case p.Masked() != p:
+		return netip.Prefix{}, fmt.Errorf("service CIDR %q: not a network address (did you mean %s?)", s, p.Masked())
+	case p.Bits() < 12 || p.Bits() > 28:
+		return netip.Prefix{}, fmt.Errorf("service CIDR %q: the prefix length must be between 12 and 28", s)
+	case p.Overlaps(NodeSubnet) || p.Overlaps(PodSubnet):
+		return netip.Prefix{}, fmt.Errorf("service CIDR %q overlaps the node subnet %s or the pod subnet %s", s, NodeSubnet, PodSubnet)
+	}
+	return p, nil
 }
 
 // New returns the lab's topology: a control plane, the given number of workers and mypc.
@@ -91,7 +117,7 @@ func NewWithPrefix(workers int, prefix string) (*Topology, error) {
 	if workers < 0 || workers > MaxWorkers {
 		return nil, fmt.Errorf("worker count %d: must be between 0 and %d", workers, MaxWorkers)
 	}
-	t := &Topology{Prefix: prefix}
+	t := &Topology{Prefix: prefix, ServiceSubnet: DefaultServiceSubnet}
 	for i := 0; i <= workers; i++ {
 		name := ControlPlaneName
 		if i == 1 {

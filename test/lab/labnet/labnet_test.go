@@ -152,3 +152,41 @@ func TestBuildAndForward(t *testing.T) {
 		t.Errorf("read %q, %v", line, err)
 	}
 }
+
+func TestParseServiceSubnet(t *testing.T) {
+	for _, c := range []struct {
+		in, wantErr string
+	}{
+		{in: "10.200.1.0/24"},
+		{in: "10.200.0.0/16"},
+		{in: "10.200.1.5/24", wantErr: "did you mean 10.200.1.0/24"},
+		{in: "fd00::/112", wantErr: "IPv4 only"},
+		{in: "10.0.0.0/8", wantErr: "between 12 and 28"},
+		{in: "10.200.0.0/29", wantErr: "between 12 and 28"},
+		{in: "10.10.0.0/20", wantErr: "overlaps"},
+		{in: "172.18.5.0/24", wantErr: "overlaps"},
+		{in: "ten", wantErr: `"ten"`},
+	} {
+		p, err := ParseServiceSubnet(c.in)
+		if c.wantErr == "" {
+			if err != nil || p.String() != c.in {
+				t.Errorf("ParseServiceSubnet(%q) = %v, %v", c.in, p, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), c.wantErr) || !strings.Contains(err.Error(), c.in) {
+			t.Errorf("ParseServiceSubnet(%q): error %v, want one naming the value and saying %q", c.in, err, c.wantErr)
+		}
+	}
+	topo, err := New(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := topo.KubernetesServiceIP().String(); got != "10.200.1.1" {
+		t.Errorf("default kubernetes Service IP %s, want 10.200.1.1", got)
+	}
+	topo.ServiceSubnet = netip.MustParsePrefix("10.200.0.0/16")
+	if got := topo.KubernetesServiceIP().String(); got != "10.200.0.1" {
+		t.Errorf("kubernetes Service IP in 10.200.0.0/16: %s, want 10.200.0.1", got)
+	}
+}

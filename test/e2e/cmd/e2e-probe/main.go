@@ -1,8 +1,9 @@
 // Command e2e-probe is the e2e suite's client on the external host. By
 // default it sends one HTTP request every interval on a new connection and
-// prints one line per request; with --arp it instead asks for an IPv4 address
-// by ARP every interval and prints every ARP packet the address's holder sends
-// (see package probe).
+// prints one line per request; with --keepalive N it also keeps N persistent
+// connections busy and prints one JSON summary of both instead; with --arp it
+// asks for an IPv4 address by ARP every interval and prints every ARP packet
+// the address's holder sends (see package probe).
 package main
 
 import (
@@ -12,24 +13,33 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
+	"time"
 
 	"github.com/ironlb/ironlb/test/e2e/probe"
 )
 
 func main() {
 	var (
-		o     probe.Options
-		ao    probe.ARPOptions
-		arpIP string
+		o        probe.Options
+		ko       probe.KeepAliveOptions
+		ao       probe.ARPOptions
+		arpIP    string
+		newConns bool
 	)
 	flag.StringVar(&o.URL, "url", "", "URL to GET")
 	flag.StringVar(&arpIP, "arp", "", "instead of HTTP, ask for this IPv4 address by ARP")
 	flag.StringVar(&ao.Interface, "iface", "", "--arp: interface (default: the one whose subnet holds the address)")
 	flag.DurationVar(&o.Interval, "interval", 0, "time between request starts (default 20ms; --arp: 10ms)")
-	flag.DurationVar(&o.Timeout, "timeout", 0, "per-request timeout (default 1s)")
+	flag.DurationVar(&o.Timeout, "timeout", 0, "per-request timeout of the new-connection probe (default 1s)")
 	flag.StringVar(&o.StopFile, "stop-file", "", "stop once this file exists")
 	flag.DurationVar(&o.Duration, "duration", 0, "stop after this long (0: until the stop file or SIGTERM)")
+	flag.IntVar(&ko.Conns, "keepalive", 0, "also keep this many persistent HTTP/1.1 connections busy; print a JSON summary")
+	flag.DurationVar(&ko.Interval, "keepalive-interval", 0, "--keepalive: time between the requests of one connection (default 100ms)")
+	flag.DurationVar(&ko.Timeout, "keepalive-timeout", 0, "--keepalive: dial and request timeout; longer counts as a broken connection (default 2s)")
+	flag.StringVar(&ko.ReadyFile, "ready-file", "", "--keepalive: create this file once every connection has answered once")
+	flag.BoolVar(&newConns, "new-conns", true, "--keepalive: run the new-connection probe beside the persistent connections")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -47,6 +57,8 @@ func main() {
 		if runErr != nil {
 			err = runErr
 		}
+	case o.URL != "" && ko.Conns > 0:
+		err = runSummary(ctx, o, ko, newConns)
 	case o.URL != "":
 		err = probe.Write(os.Stdout, probe.Run(ctx, o))
 	default:
@@ -55,6 +67,43 @@ func main() {
 	if err != nil {
 		fail(1, err)
 	}
+}
+
+// runSummary runs the persistent connections and (if newConns) the
+// new-connection probe side by side until the stop file, --duration or a
+// signal, and prints the JSON summary.
+func runSummary(ctx context.Context, o probe.Options, ko probe.KeepAliveOptions, newConns bool) error {
+	ctx, cancel := probe.StopWhen(ctx, o.StopFile, o.Duration)
+	defer cancel()
+	ko.URL = o.URL
+	rep := probe.Report{Start: time.Now()}
+	var (
+		wg   sync.WaitGroup
+		recs []probe.Record
+	)
+	if newConns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			recs = probe.Run(ctx, probe.Options{URL: o.URL, Interval: o.Interval, Timeout: o.Timeout})
+		}()
+	}
+	ka, err := probe.RunKeepAlive(ctx, ko)
+	cancel() // a bad keep-alive URL ends the run at once
+	wg.Wait()
+	if err != nil {
+		return err
+	}
+	rep.End = time.Now()
+	rep.KeepAlive = &ka
+	if newConns {
+		interval := o.Interval
+		if interval <= 0 {
+			interval = probe.DefaultInterval
+		}
+		rep.NewConns = probe.SummarizeNewConns(recs, interval)
+	}
+	return probe.WriteReport(os.Stdout, rep)
 }
 
 func fail(code int, err error) {
