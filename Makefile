@@ -140,7 +140,7 @@ bench-failover: image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## 
 
 .PHONY: bench-failover-scale
 bench-failover-scale: N ?= 2000
-bench-failover-scale: build lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## N LoadBalancer Services (N=2000; the lab gets a /16 service CIDR), how long creating them takes, then hard-kill failover among them (E2E_FAILOVER_KILLS=5) (docs/benchmarks-e2e.md).
+bench-failover-scale: image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## N LoadBalancer Services (N=2000; the lab gets a /16 service CIDR), how long creating them takes, then hard-kill failover among them (E2E_FAILOVER_KILLS=5) (docs/benchmarks-e2e.md).
 	LAB_SERVICE_CIDR=$(if $(filter 10.200.1.0/24,$(LAB_SERVICE_CIDR)),10.200.0.0/16,$(LAB_SERVICE_CIDR)) E2E_SCALE_SERVICES=$(N) \
 		go test -tags e2e ./test/e2e -run '^$$' -bench FailoverScale -benchtime 1x -timeout 90m -v
 

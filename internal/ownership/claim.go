@@ -39,7 +39,12 @@ func Newer(a, b Claim) bool {
 // Hash is the election hash of node for key, sha256(node + "#" + key):
 // MetalLB's layer-2 rule, so the hash winner is the node MetalLB would pick.
 func Hash(node, key string) [sha256.Size]byte {
-	return sha256.Sum256([]byte(node + "#" + key))
+	// A stack buffer instead of node+"#"+key: the election hashes every
+	// candidate of every key it re-places, and the concatenation was its
+	// only allocation.
+	var buf [320]byte
+	b := append(append(append(buf[:0], node...), '#'), key...)
+	return sha256.Sum256(b)
 }
 
 // Wire format of a claims message (gossip broadcast or push/pull state):
