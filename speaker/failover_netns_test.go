@@ -73,7 +73,7 @@ func TestNetnsNodeHelper(t *testing.T) {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	log := logr.Discard()
-	if dir := os.Getenv("IRONLB_MB_LOGDIR"); dir != "" {
+	if dir := mbLogDirEnv(); dir != "" {
 		f, err := os.OpenFile(dir+"/"+node+".log", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
 			t.Fatal(err)
@@ -140,11 +140,17 @@ func TestNetnsNodeHelper(t *testing.T) {
 		return
 	}
 	own.Sync(time.Now(), nil)
+	if err := os.WriteFile(mbLogDirEnv()+"/"+node+".ready", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	<-ctx.Done()
 	<-ml.Done()
 	time.Sleep(500 * time.Millisecond) // Run's LeaveGrace, as set by the command
 	stopAnn()
 }
+
+// mbLogDirEnv is the log directory a node helper was given.
+func mbLogDirEnv() string { return os.Getenv("IRONLB_MB_LOGDIR") }
 
 func mbRun(tb testing.TB, args ...string) {
 	tb.Helper()
@@ -213,13 +219,26 @@ func mbStartNode(tb testing.TB, i int) *exec.Cmd {
 			peers = append(peers, mbMLIP(j))
 		}
 	}
+	ready := mbLogDir + "/" + mbNodes[i] + ".ready"
+	_ = os.Remove(ready)
 	cmd := exec.Command("ip", "netns", "exec", mbPrefix+mbNodes[i], os.Args[0], "-test.run=^TestNetnsNodeHelper$")
 	cmd.Env = append(os.Environ(), "IRONLB_MB_NODE="+mbNodes[i], "IRONLB_MB_IP="+mbMLIP(i), "IRONLB_MB_PEERS="+strings.Join(peers, ","),
 		"IRONLB_MB_LOGDIR="+mbLogDir)
 	if err := cmd.Start(); err != nil {
 		tb.Fatalf("start %s: %v", mbNodes[i], err)
 	}
-	return cmd
+	// Wait until it has learned the claims and decides: a speaker killed
+	// again before that was never back, and its node's hold keeps running.
+	end := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := os.Stat(ready); err == nil {
+			return cmd
+		}
+		if time.Now().After(end) {
+			tb.Fatalf("%s did not sync within 60 s (log in %s)", mbNodes[i], mbLogDir)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // arpClient probes the VIP from the client namespace every 20 ms and records
