@@ -129,7 +129,7 @@ func TestNetnsNodeHelper(t *testing.T) {
 			// The Node's InternalIP: its address on the clients' segment.
 			return []netip.Addr{netip.MustParseAddr(mbNodeIP(slices.Index(mbNodes, n)))}
 		},
-		links: ann.Links, linksChanged: linksChanged}
+		links: ann.Links, linksChanged: linksChanged, announcing: ann.Interfaces}
 	hctx, stopHealth := context.WithCancel(context.Background())
 	defer stopHealth()
 	go h.run(hctx)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,6 +71,9 @@ type health struct {
 	// until the next push/pull.
 	links        func() []layer2.Link
 	linksChanged chan struct{}
+	// announcing lists the interfaces with a responder: only their carrier
+	// matters (pod veths come and go all the time).
+	announcing func() []string
 
 	// polls counts completed polls: ownership must not decide before a
 	// poll that follows the initial join (see awaitPoll).
@@ -143,11 +147,14 @@ func (h *health) run(ctx context.Context) {
 // carrier returns which interfaces have carrier.
 func (h *health) carrier() map[string]bool {
 	out := map[string]bool{}
-	if h.links == nil {
+	if h.links == nil || h.announcing == nil {
 		return out
 	}
+	ann := h.announcing()
 	for _, l := range h.links() {
-		out[l.Name] = l.Up && l.Carrier
+		if slices.Contains(ann, l.Name) {
+			out[l.Name] = l.Up && l.Carrier
+		}
 	}
 	return out
 }

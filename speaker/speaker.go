@@ -370,7 +370,8 @@ func Run(ctx context.Context, opts Options) error {
 		h := &health{log: log.WithName("health"), self: opts.NodeName, ml: ml, own: own, prober: p, metrics: m,
 			nodeAddrs:    func(ctx context.Context, node string) []netip.Addr { return nodeAddresses(ctx, mgr.GetClient(), node) },
 			links:        ann.Links,
-			linksChanged: linksChanged}
+			linksChanged: linksChanged,
+			announcing:   ann.Interfaces}
 		go h.run(ctx)
 		livenessKnown = h.awaitPoll
 	} else {

@@ -104,6 +104,7 @@ func (e *Env) placeBackends(t testing.TB, f *lbFixture, except string) {
 	ctx := context.Background()
 	want := without(f.workers, except)
 	slices.Sort(want)
+	var gone []string // IPs of the backends deleted
 	for _, w := range f.workers {
 		pod := whoamiPod(f.name+"-"+w, f.name, w)
 		var cur corev1.Pod
@@ -112,6 +113,9 @@ func (e *Env) placeBackends(t testing.TB, f *lbFixture, except string) {
 		case w == except && err == nil:
 			if err := e.C.Delete(ctx, &cur); err != nil && !apierrors.IsNotFound(err) {
 				t.Fatal(err)
+			}
+			if cur.Status.PodIP != "" {
+				gone = append(gone, cur.Status.PodIP)
 			}
 		case w != except && (apierrors.IsNotFound(err) || (err == nil && cur.DeletionTimestamp != nil)):
 			e.create(t, pod)
@@ -135,6 +139,24 @@ func (e *Env) placeBackends(t testing.TB, f *lbFixture, except string) {
 		slices.Sort(nodes)
 		return slices.Equal(nodes, want), fmt.Sprintf("ready endpoints on %v", nodes)
 	})
+	// The endpoints say so before every kube-proxy has applied it (its
+	// minimum sync period is 1 s): until then new connections may still be
+	// sent to the deleted backend, and would count against the action the
+	// test measures. Wait until no node's rules name a deleted backend.
+	for _, ip := range gone {
+		poll(t, 2*time.Minute, "no kube-proxy rule to the deleted backend "+ip, func() (bool, string) {
+			for _, n := range f.workers {
+				r, err := e.Hosts.Run(ctx, n, "sh", "-c", "iptables-save -t nat 2>/dev/null; nft list ruleset 2>/dev/null")
+				if err != nil {
+					return false, err.Error()
+				}
+				if strings.Contains(r.Stdout, ip+":") {
+					return false, n + " still has a rule to " + ip
+				}
+			}
+			return true, ""
+		})
+	}
 }
 
 // observe starts the client traffic and the announcer watch.

@@ -81,8 +81,9 @@ func (h LabHosts) RestoreNode(ctx context.Context, node string) error {
 
 // SignalContainer signals the container's process: the lab's node agent runs
 // containers as processes of this machine and reports "lab://<pid>" as the
-// container ID. The process must run a program of the lab's bin/, so that a
-// stale status never makes it signal anything else.
+// container ID. The process must run a program of the lab's bin/ or of an
+// image the lab unpacked (under its state directory), so that a stale status
+// never makes it signal anything else.
 func (h LabHosts) SignalContainer(_ context.Context, pod *corev1.Pod, container string, sig syscall.Signal) error {
 	for _, cs := range pod.Status.ContainerStatuses {
 		if cs.Name != container {
@@ -96,8 +97,9 @@ func (h LabHosts) SignalContainer(_ context.Context, pod *corev1.Pod, container 
 		if err != nil {
 			return fmt.Errorf("pod %s/%s container %s: process %d: %w", pod.Namespace, pod.Name, container, pid, err)
 		}
-		if filepath.Dir(exe) != h.Lab.BinDir() {
-			return fmt.Errorf("pod %s/%s container %s: process %d runs %s, not a program of %s", pod.Namespace, pod.Name, container, pid, exe, h.Lab.BinDir())
+		if filepath.Dir(exe) != h.Lab.BinDir() && !strings.HasPrefix(exe, h.Lab.StateDir()+string(filepath.Separator)) {
+			return fmt.Errorf("pod %s/%s container %s: process %d runs %s, not a program of %s or an image under %s",
+				pod.Namespace, pod.Name, container, pid, exe, h.Lab.BinDir(), h.Lab.StateDir())
 		}
 		if err := syscall.Kill(pid, sig); err != nil {
 			return fmt.Errorf("pod %s/%s container %s: kill -%d %d: %w", pod.Namespace, pod.Name, container, sig, pid, err)
