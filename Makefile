@@ -136,7 +136,7 @@ test-e2e: image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Run th
 
 .PHONY: bench-failover
 bench-failover: image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Failover figures in the lab (root): hard kills (E2E_FAILOVER_KILLS=20) and graceful speaker restarts (E2E_GRACEFUL_RUNS=5) (docs/benchmarks-e2e.md).
-	go test -tags e2e ./test/e2e -run '^$$' -bench Failover -benchtime 1x -timeout 60m -v
+	go test -tags e2e ./test/e2e -run '^$$' -bench 'Failover$$' -benchtime 1x -timeout 60m -v
 
 .PHONY: bench-failover-scale
 bench-failover-scale: N ?= 2000
