@@ -124,7 +124,7 @@ func TestNetnsNodeHelper(t *testing.T) {
 	ml.SetPeers(strings.Split(os.Getenv("IRONLB_MB_PEERS"), ","))
 	p := layer2.NewProber(log.WithName("prober"), layer2.ProberOptions{})
 	defer func() { _ = p.Close() }()
-	h := &health{log: log.WithName("health"), self: node, ml: ml, own: own, prober: p, metrics: newMetrics(nil),
+	h := &health{log: log.WithName("health"), self: node, ml: ml, own: own, prober: p, metrics: newMetrics(nil), sendVerdict: verdictSender(ml),
 		nodeAddrs: func(_ context.Context, n string) []netip.Addr {
 			// The Node's InternalIP: its address on the clients' segment.
 			return []netip.Addr{netip.MustParseAddr(mbNodeIP(slices.Index(mbNodes, n)))}

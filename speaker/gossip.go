@@ -9,7 +9,8 @@ import (
 
 // gossip replicates the ownership claims over memberlist: the full replica in
 // every push/pull (at join, on Sync, and every PushPullInterval), and each
-// claim this node decides as a broadcast.
+// claim this node decides as a broadcast. It also receives the watchers'
+// data-path verdicts, sent straight to every member.
 type gossip struct {
 	log logr.Logger
 	own *owners
@@ -21,7 +22,21 @@ func (g gossip) LocalState(bool) []byte { return ownership.AppendClaims(nil, g.o
 
 func (g gossip) MergeRemoteState(buf []byte, join bool) { g.merge(buf, "push/pull") }
 
-func (g gossip) NotifyMsg(msg []byte) { g.merge(msg, "broadcast") }
+func (g gossip) NotifyMsg(msg []byte) {
+	if ownership.IsVerdict(msg) {
+		v, err := ownership.DecodeVerdict(msg)
+		if err != nil {
+			g.log.Info("ignoring a data-path verdict that does not parse", "error", err.Error())
+			return
+		}
+		if v.Node != g.own.self {
+			g.log.V(1).Info("data-path verdict from a watcher", "node", v.Node, "verdict", v.Path.String())
+			g.own.SetPath(v.Node, v.Path, "", nil)
+		}
+		return
+	}
+	g.merge(msg, "broadcast")
+}
 
 func (g gossip) merge(b []byte, via string) {
 	claims, err := ownership.DecodeClaims(b)
@@ -39,4 +54,9 @@ func broadcaster(ml *membership.List) func([]ownership.Claim) {
 			ml.Broadcast(c.Key, ownership.AppendClaims(nil, c))
 		}
 	}
+}
+
+// verdictSender returns the function a watcher sends its verdicts with.
+func verdictSender(ml *membership.List) func(ownership.Verdict) {
+	return func(v ownership.Verdict) { ml.SendToAll(ownership.AppendVerdict(nil, v)) }
 }

@@ -41,8 +41,10 @@ type prober interface {
 }
 
 // health feeds the ownership layer with who is alive: memberlist states and
-// data-path verdicts for the nodes this speaker may have to act for (their
-// deputy, or the next owner of one of their IPs). The data path decides
+// data-path verdicts. Each node that owns IPs is probed by its watchers (the
+// next two nodes in name order, the first being its deputy), which send
+// their verdicts to every member: probes stay constant per node at any
+// cluster size. The data path decides
 // whether a node keeps its IPs: a speaker that crashed, restarts or is frozen
 // on a node whose kernel still answers ARP/NDP for the node's address keeps
 // them; a node whose kernel stops answering (dead, link or carrier lost)
@@ -57,6 +59,9 @@ type health struct {
 	// memberlist address is probed first).
 	nodeAddrs func(ctx context.Context, node string) []netip.Addr
 	metrics   *metrics
+	// sendVerdict tells every member a verdict this watcher reached (nil:
+	// keep it local).
+	sendVerdict func(ownership.Verdict)
 
 	// mu guards last and addrs, which the probe loops read.
 	mu     sync.Mutex
@@ -275,6 +280,9 @@ func (h *health) probeLoop(ctx context.Context, node string) {
 			h.log.Info("data path of node", "node", node, "verdict", p.String(), "reason", reason,
 				"interface", iface, "mac", mac.String(), "targets", targets)
 			h.own.SetPath(node, p, iface, mac)
+			if h.sendVerdict != nil && p != ownership.PathUnknown && p != last {
+				h.sendVerdict(ownership.Verdict{Node: node, Path: p})
+			}
 			last, lastMAC = p, mac.String()
 		}
 		select {

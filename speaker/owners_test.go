@@ -243,3 +243,29 @@ func TestTakeoverDoesNotWaitForStatus(t *testing.T) {
 	}
 	t.Logf("takeover applied %s after the owner's data path went down, status writer blocked", time.Since(start))
 }
+
+// TestVerdictFromWatcher: a node that does not probe the dead owner itself
+// (it is not one of its watchers) takes over its IP on the watchers'
+// verdict, received as a memberlist message.
+func TestVerdictFromWatcher(t *testing.T) {
+	nodes := []string{"w1", "w2", "w3", "w4", "w5"}
+	ip := "172.18.255.212"
+	rank := election.Rank(ip, nodes)
+	owner, next := rank[0], rank[1]
+	o, ann := testOwners(t, next, logr.Discard(), nodes...)
+	o.SetService("ns1/web", input(ip, nodes...), lbService(ip))
+	o.Merge([]ownership.Claim{{Key: ip, Owner: owner, Epoch: 4}})
+	if ann.announces("ns1/web") {
+		t.Fatalf("%s announces while %s owns the IP", next, owner)
+	}
+	g := gossip{log: logr.Discard(), own: o}
+	g.NotifyMsg(ownership.AppendVerdict(nil, ownership.Verdict{Node: owner, Path: ownership.PathDown}))
+	if !ann.announces("ns1/web") {
+		t.Fatalf("%s (next in hash order) did not take over on the watchers' verdict that %s is down", next, owner)
+	}
+	// A verdict about this node itself is ignored: it knows better.
+	g.NotifyMsg(ownership.AppendVerdict(nil, ownership.Verdict{Node: next, Path: ownership.PathDown}))
+	if !ann.announces("ns1/web") {
+		t.Fatal("a verdict about itself made the node withdraw")
+	}
+}

@@ -367,7 +367,7 @@ func Run(ctx context.Context, opts Options) error {
 		}()
 		p := layer2.NewProber(log.WithName("prober"), layer2.ProberOptions{ExcludeInterfaces: opts.Layer2.ExcludeInterfaces})
 		defer func() { _ = p.Close() }()
-		h := &health{log: log.WithName("health"), self: opts.NodeName, ml: ml, own: own, prober: p, metrics: m,
+		h := &health{log: log.WithName("health"), self: opts.NodeName, ml: ml, own: own, prober: p, metrics: m, sendVerdict: verdictSender(ml),
 			nodeAddrs:    func(ctx context.Context, node string) []netip.Addr { return nodeAddresses(ctx, mgr.GetClient(), node) },
 			links:        ann.Links,
 			linksChanged: linksChanged,

@@ -443,6 +443,23 @@ func (l *List) Broadcast(key string, msg []byte) {
 	l.queue.QueueBroadcast(&broadcast{key: key, msg: msg})
 }
 
+// SendToAll sends msg to every other live member at once (memberlist's
+// encrypted packet transport, best effort: no retransmission), for messages
+// that cannot wait for gossip. Returns how many sends failed.
+func (l *List) SendToAll(msg []byte) int {
+	failed := 0
+	self := l.ml.LocalNode().Name
+	for _, m := range l.ml.Members() {
+		if m.Name == self {
+			continue
+		}
+		if err := l.ml.SendBestEffort(m, msg); err != nil {
+			failed++
+		}
+	}
+	return failed
+}
+
 // Sync exchanges full state (push/pull) with up to n live members at once,
 // as a join does. A member that was frozen or partitioned calls it to learn
 // what changed meanwhile instead of waiting for the periodic push/pull.

@@ -129,3 +129,39 @@ func readString(b []byte) (string, []byte, error) {
 	}
 	return string(b[n : n+int(l)]), b[n+int(l):], nil
 }
+
+// Verdict is a watcher's finding on a node's data path. Watchers send it to
+// every member (memberlist's encrypted transport), so that the nodes that
+// take over the node's keys act on it without probing the node themselves.
+type Verdict struct {
+	Node string
+	Path Path
+}
+
+// Wire format of a verdict message:
+//
+//	byte version (2), byte path, node
+const verdictVersion = 2
+
+// IsVerdict reports whether a message is a verdict (else claims).
+func IsVerdict(b []byte) bool { return len(b) > 0 && b[0] == verdictVersion }
+
+// AppendVerdict appends the wire form of v to buf.
+func AppendVerdict(buf []byte, v Verdict) []byte {
+	return append(append(buf, verdictVersion, byte(v.Path)), v.Node...)
+}
+
+// DecodeVerdict parses a verdict message, wrapping ErrBadMessage on failure.
+func DecodeVerdict(b []byte) (Verdict, error) {
+	switch {
+	case len(b) < 3:
+		return Verdict{}, fmt.Errorf("%w: verdict of %d bytes", ErrBadMessage, len(b))
+	case b[0] != verdictVersion:
+		return Verdict{}, fmt.Errorf("%w: version %d, want %d", ErrBadMessage, b[0], verdictVersion)
+	case Path(b[1]) > PathDown:
+		return Verdict{}, fmt.Errorf("%w: path %d", ErrBadMessage, b[1])
+	case len(b)-2 > maxNameLen:
+		return Verdict{}, fmt.Errorf("%w: node name of %d bytes", ErrBadMessage, len(b)-2)
+	}
+	return Verdict{Node: string(b[2:]), Path: Path(b[1])}, nil
+}

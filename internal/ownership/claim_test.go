@@ -76,3 +76,24 @@ func FuzzDecodeClaims(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeVerdict: any input either fails with ErrBadMessage or decodes to
+// a verdict that encodes back to the same bytes.
+func FuzzDecodeVerdict(f *testing.F) {
+	f.Add(AppendVerdict(nil, Verdict{Node: "myk8s-worker2", Path: PathDown}))
+	f.Add(AppendVerdict(nil, Verdict{Node: "n", Path: PathUp}))
+	f.Add([]byte{2, 9, 'x'})
+	f.Add([]byte{1, 1, 1, 'k', 1, 'o'})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		v, err := DecodeVerdict(b)
+		if err != nil {
+			if !errors.Is(err, ErrBadMessage) {
+				t.Fatalf("error %v does not wrap ErrBadMessage", err)
+			}
+			return
+		}
+		if again := AppendVerdict(nil, v); string(again) != string(b) || !IsVerdict(again) {
+			t.Fatalf("re-encoding %+v: %q, want %q", v, again, b)
+		}
+	})
+}

@@ -132,6 +132,9 @@ type Engine struct {
 	owned    map[string]map[string]struct{} // owner -> active keys it claims
 	unplaced map[string]struct{}            // active keys nobody serves or can serve
 	away     map[string]struct{}            // nodes whose speaker is gone and hold is running
+
+	ringCache []string // placeable nodes by name (Watchers)
+	ringDirty bool
 }
 
 // New returns an Engine that makes no decision until SetSynced.
@@ -248,6 +251,7 @@ func (e *Engine) SetSpeaker(name string, s Speaker, now time.Time) []Change {
 	n := e.node(name)
 	wasAlive := n.alive()
 	n.speaker = s
+	e.ringDirty = true
 	switch {
 	case wasAlive && s == SpeakerGone:
 		n.goneSince, n.expired = now, false
@@ -267,6 +271,7 @@ func (e *Engine) SetPath(name string, p Path) []Change {
 	n := e.node(name)
 	prev := n.path
 	n.path = p
+	e.ringDirty = true
 	switch {
 	case p == PathDown && prev != PathDown:
 		return e.decideKeys(e.ownedKeys(name))
@@ -581,53 +586,71 @@ func (e *Engine) Speaker(node string) (Speaker, Path) {
 	return n.speaker, n.path
 }
 
-// Deputy returns the node that answers for node's keys while node is held:
-// the placeable node other than node with the smallest Hash(n, "deputy/" +
-// node). Every speaker computes the same deputy from the same membership.
-func (e *Engine) Deputy(node string) string {
-	key := "deputy/" + node
-	best := ""
-	for n, st := range e.nodes {
-		if n == node || !st.alive() || st.path == PathDown {
-			continue
-		}
-		if best == "" || hashLess(n, best, key) {
-			best = n
+// Watchers returns the k nodes that watch node's data path: the placeable
+// nodes that follow node in name order, wrapping around (a ring). Every
+// speaker computes the same watchers from the same membership, each node is
+// watched by k others whatever the cluster's size, and the first watcher is
+// node's deputy: it answers for node's keys while node is held.
+func (e *Engine) Watchers(node string, k int) []string {
+	ring := e.ring()
+	if len(ring) == 0 || k <= 0 {
+		return nil
+	}
+	i, _ := slices.BinarySearch(ring, node)
+	out := make([]string, 0, k)
+	for j := 0; j < len(ring) && len(out) < k; j++ {
+		n := ring[(i+j)%len(ring)]
+		if n != node {
+			out = append(out, n)
 		}
 	}
-	return best
+	return out
 }
 
-// Interested reports whether self needs a verdict on node's data path: it is
-// node's deputy, or it would take one of node's keys if node failed.
+// ring returns the placeable nodes sorted by name, rebuilt when liveness
+// changed.
+func (e *Engine) ring() []string {
+	if e.ringDirty || e.ringCache == nil {
+		e.ringCache = e.ringCache[:0]
+		for n := range e.nodes {
+			if e.placeable(n) {
+				e.ringCache = append(e.ringCache, n)
+			}
+		}
+		slices.Sort(e.ringCache)
+		e.ringDirty = false
+	}
+	return e.ringCache
+}
+
+// Deputy returns the node that answers for node's keys while node is held:
+// its first watcher.
+func (e *Engine) Deputy(node string) string {
+	if w := e.Watchers(node, 1); len(w) > 0 {
+		return w[0]
+	}
+	return ""
+}
+
+// WatchersPerNode is how many nodes probe each owner's data path: enough that
+// one watcher dying with it does not leave it unwatched, few enough that the
+// probes stay constant per node at any cluster size.
+const WatchersPerNode = 2
+
+// Interested reports whether self must probe node's data path: self is one
+// of its watchers, and node owns keys (or its data path is down, so that its
+// recovery is noticed). Watchers tell the others their verdicts, so the new
+// owners of node's keys need not probe it themselves.
 func (e *Engine) Interested(node string) bool {
 	self := e.opts.Self
-	if node == self || len(e.owned[node]) == 0 {
+	if node == self {
 		return false
 	}
-	if e.Deputy(node) == self {
-		return true
+	n := e.nodes[node]
+	if len(e.owned[node]) == 0 && (n == nil || n.path != PathDown || !n.alive()) {
+		return false
 	}
-	for k := range e.owned[node] {
-		elig := e.keys[k]
-		if !elig.Has(self) || !e.placeable(self) {
-			continue
-		}
-		if e.winner(k, elig, "") == self || e.winnerWithout(k, elig, node) == self {
-			return true
-		}
-	}
-	return false
-}
-
-func (e *Engine) winnerWithout(key string, elig *NodeSet, skip string) string {
-	best := ""
-	e.candidates(elig, func(n string) {
-		if n != skip && (best == "" || hashLess(n, best, key)) {
-			best = n
-		}
-	})
-	return best
+	return slices.Contains(e.Watchers(node, WatchersPerNode), self)
 }
 
 // Nodes returns the names of every node the engine knows, sorted.
