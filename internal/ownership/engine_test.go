@@ -195,6 +195,10 @@ func TestNewKeysGoToTheLeastLoaded(t *testing.T) {
 	if e.Load("c") != 0 {
 		t.Fatalf("c took %d keys back without failback", e.Load("c"))
 	}
+	spread := func() string {
+		return fmt.Sprintf("a=%d b=%d c=%d", e.Load("a"), e.Load("b"), e.Load("c"))
+	}
+	t.Logf("after c died and returned: %s", spread())
 	for i := 30; i < 40; i++ {
 		key := fmt.Sprintf("10.0.0.%d", i)
 		e.SetKey(key, all)
@@ -202,6 +206,7 @@ func TestNewKeysGoToTheLeastLoaded(t *testing.T) {
 			t.Errorf("new key %s went to %s, want the least-loaded c", key, o)
 		}
 	}
+	t.Logf("after 10 new keys: %s", spread())
 }
 
 func TestNoCandidatesThenPlaced(t *testing.T) {

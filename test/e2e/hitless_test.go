@@ -94,6 +94,19 @@ func (e *Env) newLBFixture(t testing.TB, name, ip string) *lbFixture {
 	e.waitServing(t, ip)
 	e.waitNeighbour(t, ip, f.owner, f.macs)
 	t.Logf("%s (%s): announced from %s, backends on %v", name, ip, f.owner, without(f.workers, f.owner))
+	// At most one MAC answers for the IP in every scenario (issue 9): the
+	// conflict detector must stay quiet. Cleanups run last-in first-out, so
+	// this runs before the Service is deleted.
+	t.Cleanup(func() {
+		evs, err := e.serviceEvents(context.Background(), "default", name, "AddressConflict")
+		if err != nil {
+			t.Errorf("reading %s's events: %v", name, err)
+			return
+		}
+		if len(evs) > 0 {
+			t.Errorf("%s: %d AddressConflict events, want none: %v", name, len(evs), evs)
+		}
+	})
 	return f
 }
 
