@@ -155,16 +155,24 @@ func (e *Env) placeBackends(t testing.TB, f *lbFixture, except string) {
 	// The endpoints say so before every kube-proxy has applied it (its
 	// minimum sync period is 1 s): until then new connections may still be
 	// sent to the deleted backend, and would count against the action the
-	// test measures. Wait until no node's rules name a deleted backend.
+	// test measures. Wait until no node has a rule of this Service to a
+	// deleted backend (only this Service's: the agent reuses pod IPs).
+	svc := "default/" + f.name
 	for _, ip := range gone {
-		poll(t, 2*time.Minute, "no kube-proxy rule to the deleted backend "+ip, func() (bool, string) {
+		poll(t, 2*time.Minute, "no kube-proxy rule of "+svc+" to the deleted backend "+ip, func() (bool, string) {
 			for _, n := range f.workers {
 				r, err := e.Hosts.Run(ctx, n, "sh", "-c", "iptables-save -t nat 2>/dev/null; nft list ruleset 2>/dev/null")
 				if err != nil {
 					return false, err.Error()
 				}
-				if strings.Contains(r.Stdout, ip+":") {
-					return false, n + " still has a rule to " + ip
+				for _, line := range strings.Split(r.Stdout, "\n") {
+					// iptables: --comment "default/svc" ... --to-destination IP:port;
+					// nftables: chain endpoint-...-default/svc/tcp/__IP/port.
+					if strings.Contains(line, svc+"\"") || strings.Contains(line, svc+"/") {
+						if strings.Contains(line, "--to-destination "+ip+":") || strings.Contains(line, "__"+ip+"/") {
+							return false, n + " still has a rule of " + svc + " to " + ip
+						}
+					}
 				}
 			}
 			return true, ""
