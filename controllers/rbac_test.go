@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ironlb/ironlb/controllers"
@@ -35,24 +34,7 @@ func TestControllerWithChartRBAC(t *testing.T) {
 	h.opts.WebhookSecretName = "ironlb-webhook-cert"
 	h.opts.MemberlistSecretName = "ironlb-memberlist"
 
-	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: vwcName},
-		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-			Name: "ipaddresspoolvalidationwebhook.metallb.io",
-			ClientConfig: admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{
-				Namespace: h.installNS, Name: "ironlb-webhook-service", Path: ptr.To("/validate-metallb-io-v1beta1-ipaddresspool"),
-			}},
-			Rules: []admissionregistrationv1.RuleWithOperations{{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-				Rule:       admissionregistrationv1.Rule{APIGroups: []string{"metallb.io"}, APIVersions: []string{"v1beta1"}, Resources: []string{"ipaddresspools"}},
-			}},
-			// Matches no namespace: the shared test API server must not call it.
-			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"ilb-never": "true"}},
-			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
-			AdmissionReviewVersions: []string{"v1"},
-		}},
-	}
+	vwc := testWebhookConfiguration(vwcName, h.installNS)
 	h.create(vwc)
 	t.Cleanup(func() { _ = k8s.Delete(h.ctx, vwc) })
 	h.create(controllerDeployment(h.installNS, h.opts.DeploymentName))

@@ -39,24 +39,7 @@ func TestWebhookModeEnabled(t *testing.T) {
 		o.WebhookConfigurationName = vwcName
 		o.HealthProbeBindAddress = fmt.Sprintf("127.0.0.1:%d", probePort)
 	})
-	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: vwcName},
-		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-			Name: "ipaddresspoolvalidationwebhook.metallb.io",
-			ClientConfig: admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{
-				Namespace: h.installNS, Name: "ironlb-webhook-service", Path: ptr.To("/validate-metallb-io-v1beta1-ipaddresspool"),
-			}},
-			Rules: []admissionregistrationv1.RuleWithOperations{{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-				Rule:       admissionregistrationv1.Rule{APIGroups: []string{"metallb.io"}, APIVersions: []string{"v1beta1"}, Resources: []string{"ipaddresspools"}},
-			}},
-			// Matches no namespace: the shared test API server must not call it.
-			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"ilb-never": "true"}},
-			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
-			AdmissionReviewVersions: []string{"v1"},
-		}},
-	}
+	vwc := testWebhookConfiguration(vwcName, h.installNS)
 	h.create(vwc)
 	t.Cleanup(func() { _ = k8s.Delete(h.ctx, vwc) })
 	dep := controllerDeployment(h.installNS, h.opts.DeploymentName)
@@ -141,5 +124,28 @@ func controllerDeployment(ns, name string) *appsv1.Deployment {
 				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "controller", Image: "ghcr.io/ironlb/ironlb:test"}}},
 			},
 		},
+	}
+}
+
+// testWebhookConfiguration is a ValidatingWebhookConfiguration named name,
+// pointing at the install namespace's webhook Service, that
+// matches no namespace: the shared test API server never calls it.
+func testWebhookConfiguration(name, installNS string) *admissionregistrationv1.ValidatingWebhookConfiguration {
+	return &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name: "ipaddresspoolvalidationwebhook.metallb.io",
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{
+				Namespace: installNS, Name: "ironlb-webhook-service", Path: ptr.To("/validate-metallb-io-v1beta1-ipaddresspool"),
+			}},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Rule:       admissionregistrationv1.Rule{APIGroups: []string{"metallb.io"}, APIVersions: []string{"v1beta1"}, Resources: []string{"ipaddresspools"}},
+			}},
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"ilb-never": "true"}},
+			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			AdmissionReviewVersions: []string{"v1"},
+		}},
 	}
 }
