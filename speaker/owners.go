@@ -120,6 +120,11 @@ func (o *owners) SetService(svc string, in Input, ref *corev1.Service) {
 		if old := o.services[svc]; old != nil {
 			oldKey = old.in.Key()
 		}
+		if ref != nil && in.Reason == ReasonNotLoadBalancer {
+			// Most Services of a cluster are not LoadBalancers: keep
+			// nothing for them (one that changes type is dropped here).
+			ref = nil
+		}
 		if ref == nil {
 			delete(o.services, svc)
 		} else {
