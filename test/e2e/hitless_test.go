@@ -166,9 +166,9 @@ func (e *Env) placeBackends(t testing.TB, f *lbFixture, except string) {
 					return false, err.Error()
 				}
 				for _, line := range strings.Split(r.Stdout, "\n") {
-					// iptables: --comment "default/svc" ... --to-destination IP:port;
-					// nftables: chain endpoint-...-default/svc/tcp/__IP/port.
-					if strings.Contains(line, svc+"\"") || strings.Contains(line, svc+"/") {
+					// iptables: --comment "default/svc:port" ... --to-destination IP:port;
+					// nftables: chain endpoint-...-default/svc/port__IP/port.
+					if strings.Contains(line, svc) {
 						if strings.Contains(line, "--to-destination "+ip+":") || strings.Contains(line, "__"+ip+"/") {
 							return false, n + " still has a rule of " + svc + " to " + ip
 						}
