@@ -253,7 +253,7 @@ func (h *health) probeLoop(ctx context.Context, node string) {
 		gone := h.last[node] == ownership.SpeakerGone
 		h.mu.Unlock()
 		p, iface, mac, reason := h.probeOnce(ctx, targets, gone)
-		if strings.HasPrefix(reason, noInterface) && hasFallback && !containsAddr(targets, fallback) {
+		if strings.HasPrefix(reason, noInterface) && hasFallback && !slices.Contains(targets, fallback) {
 			p, iface, mac, reason = h.probeOnce(ctx, []netip.Addr{fallback}, gone)
 		}
 		if ctx.Err() != nil {
@@ -319,13 +319,4 @@ func (h *health) probeOnce(ctx context.Context, targets []netip.Addr, gone bool)
 		return ownership.PathDown, "", nil, noInterface + "; memberlist says gone"
 	}
 	return ownership.PathUnknown, "", nil, noInterface
-}
-
-func containsAddr(s []netip.Addr, a netip.Addr) bool {
-	for _, x := range s {
-		if x == a {
-			return true
-		}
-	}
-	return false
 }

@@ -2,6 +2,7 @@ package speaker
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/ironlb/ironlb/internal/election"
@@ -128,9 +130,9 @@ func (o *owners) SetService(svc string, in Input, ref *corev1.Service) {
 		if ref == nil {
 			delete(o.services, svc)
 		} else {
-			o.services[svc] = &svcEntry{in: in, ref: &corev1.Service{ObjectMeta: *ref.ObjectMeta.DeepCopy()}}
-			o.services[svc].ref.ManagedFields = nil
-			o.services[svc].ref.Annotations = nil
+			// Only what an event's reference needs.
+			o.services[svc] = &svcEntry{in: in, ref: &corev1.Service{ObjectMeta: metav1.ObjectMeta{
+				Namespace: ref.Namespace, Name: ref.Name, UID: ref.UID, ResourceVersion: ref.ResourceVersion}}}
 		}
 		newKey := ""
 		if ref != nil {
@@ -439,26 +441,19 @@ func (o *owners) SetSpeaker(node string, s ownership.Speaker, now time.Time) {
 // node answered with (what a deputy answers with).
 func (o *owners) SetPath(node string, p ownership.Path, iface string, mac net.HardwareAddr) {
 	o.do(func() []ownership.Change {
-		if p == ownership.PathUp && iface != "" && len(mac) == 6 {
-			if o.macs[node] == nil {
-				o.macs[node] = map[string]net.HardwareAddr{}
+		if p == ownership.PathUp && iface != "" && len(mac) == 6 && o.macs[node][iface].String() != mac.String() {
+			// A new map, not an update in place: the proxy entries applied
+			// keep the old one, to see that the MACs changed.
+			m := maps.Clone(o.macs[node])
+			if m == nil {
+				m = map[string]net.HardwareAddr{}
 			}
-			if o.macs[node][iface].String() != mac.String() {
-				o.macs[node] = mapsWith(o.macs[node], iface, mac)
-			}
+			m[iface] = mac
+			o.macs[node] = m
 		}
 		o.proxyDirty = true
 		return o.eng.SetPath(node, p)
 	})
-}
-
-func mapsWith(m map[string]net.HardwareAddr, k string, v net.HardwareAddr) map[string]net.HardwareAddr {
-	out := make(map[string]net.HardwareAddr, len(m)+1)
-	for a, b := range m {
-		out[a] = b
-	}
-	out[k] = v
-	return out
 }
 
 // Tick advances the clock (hold expiry) and refreshes the gauges.
