@@ -79,6 +79,7 @@ type owners struct {
 	macs        map[string]map[string]net.HardwareAddr // node -> interface -> MAC
 	unannounced map[string]string                      // Service -> reason logged
 	proxyDirty  bool
+	lastSweep   time.Time
 	started     bool // the first decision after sync is done: events from now on
 	// assigned are keys a transition gave to this node in the current call:
 	// starting to announce them is a nodeAssigned event even at start-up.
@@ -464,8 +465,26 @@ func (o *owners) Tick(now time.Time) {
 			o.proxyDirty = true
 		}
 		o.updateGaugesLocked()
+		if now.Sub(o.lastSweep) >= setSweepEvery {
+			o.sweepSetsLocked()
+			o.lastSweep = now
+		}
 		return changes
 	})
+}
+
+// setSweepEvery paces dropping interned node sets no key uses any more
+// (endpoint and node changes make new ones all the time).
+const setSweepEvery = time.Minute
+
+func (o *owners) sweepSetsLocked() {
+	used := make(map[*ownership.NodeSet]bool, len(o.byKey))
+	for k := range o.byKey {
+		if s := o.eng.Eligible(k); s != nil {
+			used[s] = true
+		}
+	}
+	o.sets.Sweep(func(s *ownership.NodeSet) bool { return used[s] })
 }
 
 func (o *owners) updateGaugesLocked() {

@@ -269,3 +269,20 @@ func TestVerdictFromWatcher(t *testing.T) {
 		t.Fatal("a verdict about itself made the node withdraw")
 	}
 }
+
+// TestNodeSetsSwept: node sets no key uses any more (the endpoints of an ETP
+// Local Service moved) are dropped, so they do not accumulate.
+func TestNodeSetsSwept(t *testing.T) {
+	o, _ := testOwners(t, "w1", logr.Discard(), "w1", "w2", "w3")
+	ip := "172.18.255.213"
+	o.SetService("ns1/web", input(ip, "w1"), lbService(ip))
+	o.SetService("ns1/web", input(ip, "w1", "w2"), lbService(ip))
+	o.SetService("ns1/web", input(ip, "w2", "w3"), lbService(ip))
+	if n := o.sets.Len(); n != 3 {
+		t.Fatalf("%d interned sets before the sweep, want 3", n)
+	}
+	o.Tick(time.Now().Add(setSweepEvery))
+	if n := o.sets.Len(); n != 1 {
+		t.Fatalf("%d interned sets after the sweep, want only the one in use", n)
+	}
+}

@@ -154,9 +154,6 @@ func New(opts Options) *Engine {
 	}
 }
 
-// Options returns the engine's options.
-func (e *Engine) Options() Options { return e.opts }
-
 // Synced reports whether the engine decides (SetSynced was called).
 func (e *Engine) Synced() bool { return e.synced }
 
@@ -534,6 +531,9 @@ func (e *Engine) Owner(key string) (owner string, serving bool) {
 	}
 	return c.Owner, elig.Has(c.Owner) && e.serving(c.Owner)
 }
+
+// Eligible returns the eligible nodes of an active key (nil if inactive).
+func (e *Engine) Eligible(key string) *NodeSet { return e.keys[key] }
 
 // Claim returns the replica's claim for key.
 func (e *Engine) Claim(key string) (Claim, bool) {
