@@ -29,9 +29,13 @@ import (
 
 // Config is the agent's configuration; the lab passes it as flags.
 type Config struct {
-	NodeName   string
-	NodeIP     string
-	PodCIDR    netip.Prefix
+	NodeName string
+	NodeIP   string
+	PodCIDR  netip.Prefix
+	// NodeIP6 and PodCIDR6 make the node dual-stack: its second InternalIP and IPv6 pod
+	// range ("" and invalid: IPv4 only).
+	NodeIP6    string
+	PodCIDR6   netip.Prefix
 	Kubeconfig string
 	StateDir   string
 	// NetNS is the node's network namespace; pod veths are created in it and
@@ -60,6 +64,7 @@ type Agent struct {
 	caData []byte
 	images *ImageTable
 	ipam   *IPAM
+	ipam6  *IPAM // nil on an IPv4-only node
 	net    Net
 
 	events   record.EventBroadcaster
@@ -83,6 +88,11 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if net.ParseIP(cfg.NodeIP) == nil {
 		return nil, fmt.Errorf("node IP %q is not an IP address", cfg.NodeIP)
+	}
+	if cfg.NodeIP6 != "" {
+		if a, err := netip.ParseAddr(cfg.NodeIP6); err != nil || !a.Is6() {
+			return nil, fmt.Errorf("IPv6 node IP %q is not an IPv6 address", cfg.NodeIP6)
+		}
 	}
 	if cfg.StateDir == "" {
 		return nil, errors.New("state dir is required")
@@ -120,6 +130,12 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	var ipam6 *IPAM
+	if cfg.PodCIDR6.IsValid() {
+		if ipam6, err = NewIPAM(cfg.PodCIDR6, filepath.Join(cfg.StateDir, "ipam6.json")); err != nil {
+			return nil, err
+		}
+	}
 	restCfg := cfg.RestConfig
 	if restCfg == nil {
 		if restCfg, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig); err != nil {
@@ -141,7 +157,7 @@ func New(cfg Config) (*Agent, error) {
 	events := record.NewBroadcaster()
 	return &Agent{
 		events: events, recorder: events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: cfg.NodeName}),
-		cfg: cfg, log: cfg.Log, client: client, caData: caData, images: images, ipam: ipam,
+		cfg: cfg, log: cfg.Log, client: client, caData: caData, images: images, ipam: ipam, ipam6: ipam6,
 		net: Net{NodeNS: cfg.NetNS}, workers: map[types.UID]*podWorker{}, removed: map[types.UID]bool{},
 	}, nil
 }
@@ -164,7 +180,7 @@ func caFromRest(c *rest.Config) ([]byte, error) {
 // pods' processes have been asked to stop; their namespaces and addresses are
 // kept so that the next agent run restarts them in place.
 func (a *Agent) Run(ctx context.Context) error {
-	a.log.Info("Starting lab node agent", "node", a.cfg.NodeName, "nodeIP", a.cfg.NodeIP, "podCIDR", a.cfg.PodCIDR.String(), "netns", a.cfg.NetNS, "images", a.images.Known())
+	a.log.Info("Starting lab node agent", "node", a.cfg.NodeName, "nodeIPs", a.nodeIPs(), "podCIDR", a.cfg.PodCIDR.String(), "podCIDR6", a.cfg.PodCIDR6.String(), "netns", a.cfg.NetNS, "images", a.images.Known())
 	a.killLeftovers()
 	a.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.client.CoreV1().Events("")})
 	defer a.events.Shutdown()
@@ -298,11 +314,54 @@ func (a *Agent) collectGarbage(store cache.Store) {
 	}
 	for _, k := range a.ipam.Keys() {
 		if !live[k] {
-			if err := a.ipam.Release(k); err != nil {
-				a.log.Error(err, "Releasing the address of a vanished pod failed", "podUID", k)
+			if err := a.releasePodIPs(k); err != nil {
+				a.log.Error(err, "Releasing the addresses of a vanished pod failed", "podUID", k)
 			}
 		}
 	}
+}
+
+// nodeIPs are the node's InternalIPs, the primary (IPv4) first.
+func (a *Agent) nodeIPs() []string {
+	if a.cfg.NodeIP6 != "" {
+		return []string{a.cfg.NodeIP, a.cfg.NodeIP6}
+	}
+	return []string{a.cfg.NodeIP}
+}
+
+// hostIPs is nodeIPs as a pod status reports them.
+func (a *Agent) hostIPs() []corev1.HostIP {
+	var out []corev1.HostIP
+	for _, ip := range a.nodeIPs() {
+		out = append(out, corev1.HostIP{IP: ip})
+	}
+	return out
+}
+
+// allocatePodIPs gives a pod an address of every family the node has, IPv4 first.
+func (a *Agent) allocatePodIPs(key string) ([]netip.Addr, error) {
+	ip, err := a.ipam.Allocate(key)
+	if err != nil {
+		return nil, err
+	}
+	ips := []netip.Addr{ip}
+	if a.ipam6 != nil {
+		ip6, err := a.ipam6.Allocate(key)
+		if err != nil {
+			return nil, err
+		}
+		ips = append(ips, ip6)
+	}
+	return ips, nil
+}
+
+// releasePodIPs frees a pod's addresses.
+func (a *Agent) releasePodIPs(key string) error {
+	err := a.ipam.Release(key)
+	if a.ipam6 != nil {
+		err = errors.Join(err, a.ipam6.Release(key))
+	}
+	return err
 }
 
 // kubernetesServiceHost returns the ClusterIP of default/kubernetes.

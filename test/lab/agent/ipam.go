@@ -9,8 +9,9 @@ import (
 	"sync"
 )
 
-// IPAM hands out pod addresses from the node's pod CIDR, starting at .2 (.1 is
-// left for the node, the network and broadcast addresses are never used).
+// IPAM hands out pod addresses from one of the node's pod CIDRs, starting at .2
+// (::2; .1 is left for the node, the network and IPv4 broadcast addresses are
+// never used).
 // Allocations are keyed by pod UID and persisted in a JSON file so that an
 // agent restart keeps every pod's address.
 type IPAM struct {
@@ -32,8 +33,8 @@ var ErrPoolExhausted = errors.New("no free address in the pod CIDR")
 // CIDR) for prefix.
 func NewIPAM(prefix netip.Prefix, path string) (*IPAM, error) {
 	prefix = prefix.Masked()
-	if !prefix.Addr().Is4() || prefix.Bits() > 30 {
-		return nil, fmt.Errorf("pod CIDR %s: need an IPv4 prefix of /30 or larger", prefix)
+	if (prefix.Addr().Is4() && prefix.Bits() > 30) || (prefix.Addr().Is6() && prefix.Bits() > 126) {
+		return nil, fmt.Errorf("pod CIDR %s: need an IPv4 prefix of /30 or larger, or an IPv6 one of /126 or larger", prefix)
 	}
 	m := &IPAM{prefix: prefix, path: path, byKey: map[string]netip.Addr{}}
 	data, err := os.ReadFile(path)
@@ -72,8 +73,11 @@ func (m *IPAM) Allocate(key string) (netip.Addr, error) {
 	for _, a := range m.byKey {
 		used[a] = true
 	}
-	bcast := lastAddr(m.prefix)
-	for a := m.prefix.Addr().Next().Next(); m.prefix.Contains(a) && a != bcast; a = a.Next() {
+	var bcast netip.Addr // IPv6 has no broadcast address
+	if m.prefix.Addr().Is4() {
+		bcast = lastAddr(m.prefix)
+	}
+	for a := m.prefix.Addr().Next().Next(); a.IsValid() && m.prefix.Contains(a) && a != bcast; a = a.Next() {
 		if used[a] {
 			continue
 		}
@@ -130,10 +134,14 @@ func (m *IPAM) saveLocked() error {
 	return writeFileAtomic(m.path, data, 0o644)
 }
 
+// lastAddr is p's highest address (IPv4: the broadcast address).
 func lastAddr(p netip.Prefix) netip.Addr {
-	b := p.Addr().As4()
-	host := uint32(1)<<(32-p.Bits()) - 1
-	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
-	v |= host
-	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+	b := p.Masked().Addr().AsSlice()
+	for i := range b {
+		if bit := p.Bits() - 8*i; bit < 8 {
+			b[i] |= byte(0xff >> max(bit, 0))
+		}
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
 }

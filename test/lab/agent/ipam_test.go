@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/netip"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -70,7 +71,30 @@ func TestIPAMExhaustion(t *testing.T) {
 	if _, err := m.Allocate("f"); !errors.Is(err, ErrPoolExhausted) {
 		t.Errorf("6th allocation: %v, want ErrPoolExhausted", err)
 	}
-	if _, err := NewIPAM(netip.MustParsePrefix("fd00::/64"), filepath.Join(t.TempDir(), "x")); err == nil {
-		t.Error("IPv6 CIDR: want an error")
+	if _, err := NewIPAM(netip.MustParsePrefix("fd00::/127"), filepath.Join(t.TempDir(), "x")); err == nil || !strings.Contains(err.Error(), "fd00::/127") {
+		t.Errorf("IPv6 /127: %v, want an error naming the CIDR", err)
+	}
+}
+
+func TestIPAMIPv6(t *testing.T) {
+	m, err := NewIPAM(netip.MustParsePrefix("fd00:10:10:3::/126"), filepath.Join(t.TempDir(), "ipam6.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// ::2 and ::3 are usable (::0 is the subnet-router anycast address, ::1 the node's);
+	// IPv6 has no broadcast address, but lastAddr is still the top of the range.
+	for i, want := range []string{"fd00:10:10:3::2", "fd00:10:10:3::3"} {
+		if a, err := m.Allocate(string(rune('a' + i))); err != nil || a.String() != want {
+			t.Errorf("allocation %d: %v %v, want %s", i, a, err, want)
+		}
+	}
+	for p, want := range map[string]string{
+		"fd00:10:10:3::/64": "fd00:10:10:3:ffff:ffff:ffff:ffff",
+		"10.10.9.0/29":      "10.10.9.7",
+		"10.10.0.0/16":      "10.10.255.255",
+	} {
+		if got := lastAddr(netip.MustParsePrefix(p)).String(); got != want {
+			t.Errorf("lastAddr(%s) = %s, want %s", p, got, want)
+		}
 	}
 }

@@ -54,6 +54,7 @@ func TestPodProcessInNetns(t *testing.T) {
 	for _, args := range [][]string{
 		{"link", "set", "lo", "up"},
 		{"addr", "add", "192.0.2.1/32", "dev", "lo"},
+		{"addr", "add", "2001:db8::1/128", "dev", "lo"},
 	} {
 		if err := runIP(ctx, append([]string{"-n", nodeNS}, args...)...); err != nil {
 			t.Fatal(err)
@@ -62,13 +63,13 @@ func TestPodProcessInNetns(t *testing.T) {
 	uid := types.UID(fmt.Sprintf("%08x-0000-4000-8000-000000000000", os.Getpid()))
 	podNS, veth := PodNetNames(uid)
 	n := Net{NodeNS: nodeNS}
-	podIP := netip.MustParseAddr("10.244.77.2")
-	if err := n.Setup(ctx, uid, podIP); err != nil {
+	podIP, podIP6 := netip.MustParseAddr("10.244.77.2"), netip.MustParseAddr("fd00:10:244:77::2")
+	if err := n.Setup(ctx, uid, []netip.Addr{podIP, podIP6}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Teardown(context.Background(), uid) })
 	// Setup is idempotent (an agent restart redoes it).
-	if err := n.Setup(ctx, uid, podIP); err != nil {
+	if err := n.Setup(ctx, uid, []netip.Addr{podIP, podIP6}); err != nil {
 		t.Fatalf("second Setup: %v", err)
 	}
 
@@ -96,24 +97,29 @@ func TestPodProcessInNetns(t *testing.T) {
 		_ = cmd.Wait() // "signal: killed"
 	})
 
-	var body string
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		b, err := exec.Command("ip", "netns", "exec", nodeNS, "curl", "-sS", "--noproxy", "*", "--max-time", "2", "http://"+podIP.String()+":8080/hello").CombinedOutput()
-		body = string(b)
-		if err == nil && strings.Contains(body, "Hostname: test-pod") {
-			break
+	for _, c := range []struct{ url, remote string }{
+		{"http://" + podIP.String() + ":8080/hello", "RemoteAddr: 192.0.2.1:"},
+		{"http://[" + podIP6.String() + "]:8080/hello", "RemoteAddr: [2001:db8::1]:"},
+	} {
+		var body string
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			b, err := exec.Command("ip", "netns", "exec", nodeNS, "curl", "-sS", "--noproxy", "*", "--max-time", "2", c.url).CombinedOutput()
+			body = string(b)
+			if err == nil && strings.Contains(body, "Hostname: test-pod") {
+				break
+			}
+			if time.Now().After(deadline) {
+				routes, _ := exec.Command("ip", "-n", nodeNS, "route", "show", "table", "all").CombinedOutput()
+				addrs, _ := exec.Command("ip", "-n", podNS, "addr").CombinedOutput()
+				t.Fatalf("curl %s from the node never got the whoami answer: %v\n%s\nprocess output:\n%s\nnode routes:\n%s\npod addresses:\n%s", c.url, err, body, out.String(), routes, addrs)
+			}
+			time.Sleep(200 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			routes, _ := exec.Command("ip", "-n", nodeNS, "route").CombinedOutput()
-			addrs, _ := exec.Command("ip", "-n", podNS, "addr").CombinedOutput()
-			t.Fatalf("curl from the node never got the whoami answer: %v\n%s\nprocess output:\n%s\nnode routes:\n%s\npod addresses:\n%s", err, body, out.String(), routes, addrs)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	for _, want := range []string{"IP: " + podIP.String(), "GET /hello HTTP/1.1", "RemoteAddr: 192.0.2.1:"} {
-		if !strings.Contains(body, want) {
-			t.Errorf("whoami answer lacks %q:\n%s", want, body)
+		for _, want := range []string{"IP: " + podIP.String(), "IP: " + podIP6.String(), "GET /hello HTTP/1.1", c.remote} {
+			if !strings.Contains(body, want) {
+				t.Errorf("whoami answer to %s lacks %q:\n%s", c.url, want, body)
+			}
 		}
 	}
 	if _, err := exec.Command("ip", "-n", nodeNS, "link", "show", veth).CombinedOutput(); err != nil {

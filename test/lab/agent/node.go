@@ -83,6 +83,9 @@ func (a *Agent) desiredNodeSpec(node *corev1.Node) {
 	if node.Spec.PodCIDR == "" && a.cfg.PodCIDR.IsValid() {
 		node.Spec.PodCIDR = a.cfg.PodCIDR.String()
 		node.Spec.PodCIDRs = []string{a.cfg.PodCIDR.String()}
+		if a.cfg.PodCIDR6.IsValid() {
+			node.Spec.PodCIDRs = append(node.Spec.PodCIDRs, a.cfg.PodCIDR6.String())
+		}
 	}
 }
 
@@ -180,10 +183,11 @@ func (a *Agent) fillNodeStatus(st *corev1.NodeStatus, now time.Time) {
 	setCond(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "lab node agent is posting ready status")
 	setCond(corev1.NodeNetworkUnavailable, corev1.ConditionFalse, "RouteCreated", "the lab routes pod CIDRs between nodes")
 
-	st.Addresses = []corev1.NodeAddress{
-		{Type: corev1.NodeInternalIP, Address: a.cfg.NodeIP},
-		{Type: corev1.NodeHostName, Address: a.cfg.NodeName},
+	st.Addresses = nil
+	for _, ip := range a.nodeIPs() {
+		st.Addresses = append(st.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip})
 	}
+	st.Addresses = append(st.Addresses, corev1.NodeAddress{Type: corev1.NodeHostName, Address: a.cfg.NodeName})
 	capacity := corev1.ResourceList{
 		corev1.ResourceCPU:    *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI),
 		corev1.ResourceMemory: *resource.NewQuantity(memTotal(), resource.BinarySI),

@@ -31,7 +31,7 @@ type podWorker struct {
 	mu          sync.Mutex
 	pod         *corev1.Pod
 	isGone      bool
-	podIP       string
+	podIPs      []string // primary family first
 	netReady    bool
 	startTime   *metav1.Time
 	setupWait   *corev1.ContainerStateWaiting // why containers have not been created yet
@@ -128,18 +128,26 @@ func (w *podWorker) netnsName() string {
 	return ns
 }
 
+// setIPs writes the node's and the pod's addresses into a pod status.
+func setIPs(st *corev1.PodStatus, a *Agent, podIPs []string) {
+	st.HostIP = a.cfg.NodeIP
+	st.HostIPs = a.hostIPs()
+	if len(podIPs) > 0 {
+		st.PodIP = podIPs[0]
+		st.PodIPs = nil
+		for _, ip := range podIPs {
+			st.PodIPs = append(st.PodIPs, corev1.PodIP{IP: ip})
+		}
+	}
+}
+
 // podForEnv is the pod as its containers see it through the downward API:
 // with the addresses this agent assigned.
 func (w *podWorker) podForEnv() *corev1.Pod {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	p := w.pod.DeepCopy()
-	p.Status.HostIP = w.a.cfg.NodeIP
-	p.Status.HostIPs = []corev1.HostIP{{IP: w.a.cfg.NodeIP}}
-	if w.podIP != "" {
-		p.Status.PodIP = w.podIP
-		p.Status.PodIPs = []corev1.PodIP{{IP: w.podIP}}
-	}
+	setIPs(&p.Status, w.a, w.podIPs)
 	return p
 }
 
@@ -231,21 +239,25 @@ func (w *podWorker) setup(ctx context.Context) error {
 		return fmt.Errorf("creating pod state dir: %w", err)
 	}
 	if !w.latest().Spec.HostNetwork {
-		ip, err := w.a.ipam.Allocate(string(w.uid))
+		ips, err := w.a.allocatePodIPs(string(w.uid))
 		if err != nil {
 			return err
 		}
-		if err := w.a.net.Setup(ctx, w.uid, ip); err != nil {
+		if err := w.a.net.Setup(ctx, w.uid, ips); err != nil {
 			return err
 		}
+		podIPs := make([]string, len(ips))
+		for i, ip := range ips {
+			podIPs[i] = ip.String()
+		}
 		w.mu.Lock()
-		w.podIP = ip.String()
+		w.podIPs = podIPs
 		w.netReady = true
 		w.mu.Unlock()
-		w.log.Info("Pod network ready", "podIP", ip.String())
+		w.log.Info("Pod network ready", "podIPs", podIPs)
 	} else {
 		w.mu.Lock()
-		w.podIP = w.a.cfg.NodeIP
+		w.podIPs = w.a.nodeIPs()
 		w.netReady = true
 		w.mu.Unlock()
 	}
@@ -322,7 +334,7 @@ func (w *podWorker) finish() {
 		w.a.net.Teardown(ctx, w.uid)
 		// The status keeps showing the address, as in Kubernetes, but it is
 		// free for new pods (completed Job pods must not exhaust the CIDR).
-		if err := w.a.ipam.Release(string(w.uid)); err != nil {
+		if err := w.a.releasePodIPs(string(w.uid)); err != nil {
 			w.log.Error(err, "Releasing pod address failed")
 		}
 	}
@@ -371,7 +383,7 @@ func (w *podWorker) remove(stopRun context.CancelFunc) {
 	defer cancel()
 	if !w.latest().Spec.HostNetwork {
 		w.a.net.Teardown(ctx, w.uid)
-		if err := w.a.ipam.Release(string(w.uid)); err != nil {
+		if err := w.a.releasePodIPs(string(w.uid)); err != nil {
 			w.log.Error(err, "Releasing pod address failed")
 		}
 	}
@@ -471,17 +483,12 @@ func (w *podWorker) syncStatus(ctx context.Context, final bool) bool {
 // conditions other components own (PodScheduled, DisruptionTarget, ...).
 func (w *podWorker) computeStatus(pod *corev1.Pod, now time.Time) corev1.PodStatus {
 	w.mu.Lock()
-	podIP, netReady, startTime, setupWait := w.podIP, w.netReady, w.startTime, w.setupWait
+	podIPs, netReady, startTime, setupWait := w.podIPs, w.netReady, w.startTime, w.setupWait
 	initDone, terminal := w.initDone, w.terminal
 	w.mu.Unlock()
 
 	st := *pod.Status.DeepCopy()
-	st.HostIP = w.a.cfg.NodeIP
-	st.HostIPs = []corev1.HostIP{{IP: w.a.cfg.NodeIP}}
-	if podIP != "" {
-		st.PodIP = podIP
-		st.PodIPs = []corev1.PodIP{{IP: podIP}}
-	}
+	setIPs(&st, w.a, podIPs)
 	st.StartTime = startTime
 	st.InitContainerStatuses = w.containerStatuses(w.inits, setupWait)
 	st.ContainerStatuses = w.containerStatuses(w.mains, setupWait)

@@ -66,7 +66,7 @@ func TestComputeStatus(t *testing.T) {
 	pod.Status = corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}}
 	pod.Spec.Containers = []corev1.Container{{Name: "web", Image: "traefik/whoami"}, {Name: "side", Image: "nginx"}}
 	w := newPodWorker(a, pod)
-	w.podIP, w.netReady = "10.10.1.2", true
+	w.podIPs, w.netReady = []string{"10.10.1.2"}, true
 	now := time.Now()
 	w.mains[0].status.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(now)}}
 	w.mains[0].status.Ready = true

@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/ironlb/ironlb/test/lab/labnet"
 	"github.com/ironlb/ironlb/test/lab/labpki"
@@ -51,7 +53,7 @@ func (l *Lab) writePKI(t *labnet.Topology, hostServer string) error {
 		CommonName: "kube-apiserver",
 		DNSNames: []string{"localhost", cp.Name, "kubernetes", "kubernetes.default", "kubernetes.default.svc",
 			"kubernetes.default.svc.cluster.local"},
-		IPs:    []net.IP{net.IPv4(127, 0, 0, 1), net.IP(cp.IP.AsSlice()), net.IP(t.KubernetesServiceIP().AsSlice())},
+		IPs:    apiServerIPs(t),
 		Server: true,
 	})
 	if err != nil {
@@ -122,6 +124,16 @@ func (l *Lab) writePKI(t *labnet.Topology, hostServer string) error {
 	return err
 }
 
+// apiServerIPs are the addresses the API server's certificate is valid for: loopback, the
+// control plane's addresses and the kubernetes Service's ClusterIP.
+func apiServerIPs(t *labnet.Topology) []net.IP {
+	ips := []net.IP{net.IPv4(127, 0, 0, 1)}
+	for _, a := range t.ControlPlane().IPs() {
+		ips = append(ips, net.IP(a.AsSlice()))
+	}
+	return append(ips, net.IP(t.KubernetesServiceIP().AsSlice()))
+}
+
 func nodeKubeconfigName(node string) string { return "node-" + node + ".kubeconfig" }
 
 // imageTable is the node agents' image table (see the lab contract in TEAM.md).
@@ -173,7 +185,7 @@ func (l *Lab) controlPlaneProcs(t *labnet.Topology) []Proc {
 			"--kubelet-client-certificate=" + l.pki("apiserver-kubelet-client.crt"),
 			"--kubelet-client-key=" + l.pki("apiserver-kubelet-client.key"),
 			"--kubelet-preferred-address-types=InternalIP,Hostname",
-			"--service-cluster-ip-range=" + t.ServiceSubnet.String(),
+			"--service-cluster-ip-range=" + labnet.JoinPrefixes(t.ServiceSubnets()),
 			"--service-node-port-range=30000-32767",
 			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 			"--service-account-key-file=" + l.pki("sa.pub"),
@@ -190,8 +202,8 @@ func (l *Lab) controlPlaneProcs(t *labnet.Topology) []Proc {
 			"--service-account-private-key-file=" + l.pki("sa.key"),
 			"--root-ca-file=" + l.pki("ca.crt"),
 			"--cluster-signing-cert-file=" + l.pki("ca.crt"), "--cluster-signing-key-file=" + l.pki("ca.key"),
-			"--cluster-cidr=" + labnet.PodSubnet.String(), "--allocate-node-cidrs=false",
-			"--service-cluster-ip-range=" + t.ServiceSubnet.String(),
+			"--cluster-cidr=" + labnet.JoinPrefixes(t.PodSubnets()), "--allocate-node-cidrs=false",
+			"--service-cluster-ip-range=" + labnet.JoinPrefixes(t.ServiceSubnets()),
 			"--profiling=false",
 			"--v=1"}},
 		{Name: "kube-scheduler", NS: ns, Args: []string{l.bin("kube-scheduler"),
@@ -208,7 +220,7 @@ func (l *Lab) nodeProcs(t *labnet.Topology, n labnet.Host) []Proc {
 	}
 	ns := n.NS()
 	agent := []string{l.bin("lab-agent"),
-		"--node-name", n.Name, "--node-ip", n.IP.String(), "--pod-cidr", n.PodCIDR.String(),
+		"--node-name", n.Name, "--node-ip", joinAddrs(n.IPs()), "--pod-cidr", labnet.JoinPrefixes(n.PodCIDRs()),
 		"--kubeconfig", l.pki(nodeKubeconfigName(n.Name)), "--state-dir", l.NodeDir(n.Name),
 		"--netns", ns, "--images", l.imagesPath(), "--kubernetes-service-host", t.KubernetesServiceIP().String()}
 	if n.ControlPlane {
@@ -221,10 +233,18 @@ func (l *Lab) nodeProcs(t *labnet.Topology, n labnet.Host) []Proc {
 			// The node IP, so kube-proxy need not wait for the agent to register the Node.
 			"--bind-address=" + n.IP.String(),
 			"--proxy-mode=" + mode,
-			"--cluster-cidr=" + labnet.PodSubnet.String(),
+			"--cluster-cidr=" + labnet.JoinPrefixes(t.PodSubnets()),
 			// The global conntrack table size is not writable from a namespace.
 			"--conntrack-max-per-core=0",
 			"--v=1"}},
 		{Name: "lab-agent-" + n.Name, NS: ns, Args: agent},
 	}
+}
+
+func joinAddrs(as []netip.Addr) string {
+	s := make([]string, len(as))
+	for i, a := range as {
+		s[i] = a.String()
+	}
+	return strings.Join(s, ",")
 }

@@ -104,7 +104,10 @@ type State struct {
 	ProxyMode string `json:"proxyMode"`
 	// ServiceCIDR is the service CIDR ("" in a state written before it was
 	// recorded: the default).
-	ServiceCIDR string    `json:"serviceCIDR,omitempty"`
+	ServiceCIDR string `json:"serviceCIDR,omitempty"`
+	// IPFamily is labnet.FamilyDual or labnet.FamilyIPv4 ("" in a state written before
+	// the lab was dual-stack: IPv4).
+	IPFamily    string    `json:"ipFamily,omitempty"`
 	ForwardAddr string    `json:"forwardAddr"`
 	StartedAt   time.Time `json:"startedAt"`
 	// Ready is set once the whole lab came up; a state without it is a crashed bring-up.
@@ -117,6 +120,14 @@ func (s *State) serviceSubnet() netip.Prefix {
 		return p
 	}
 	return labnet.DefaultServiceSubnet
+}
+
+// ipFamily is the recorded IP family.
+func (s *State) ipFamily() string {
+	if s.IPFamily == "" {
+		return labnet.FamilyIPv4
+	}
+	return s.IPFamily
 }
 
 // ReadState returns the recorded state, or nil if there is none.
@@ -155,7 +166,7 @@ func (l *Lab) Topology() (*labnet.Topology, error) {
 	if s == nil {
 		return labnet.New(DefaultWorkers)
 	}
-	t, err := labnet.New(s.Workers)
+	t, err := labnet.NewWithPrefix(s.Workers, labnet.NSPrefix, s.ipFamily())
 	if err != nil {
 		return nil, err
 	}

@@ -31,6 +31,8 @@ type UpOptions struct {
 	// ServiceCIDR is the service CIDR ("": labnet.DefaultServiceSubnet); a
 	// bigger one makes room for thousands of Services (bench-failover-scale).
 	ServiceCIDR string
+	// IPFamily is labnet.FamilyDual (""; the default) or labnet.FamilyIPv4.
+	IPFamily string
 }
 
 // Up brings the lab up. If a complete lab with the same worker count is running, it only
@@ -47,7 +49,7 @@ func (l *Lab) Up(ctx context.Context, opts UpOptions) error {
 	default:
 		return fmt.Errorf("kube-proxy mode %q: the lab runs %q or %q", opts.ProxyMode, ProxyIptables, ProxyNftables)
 	}
-	topo, err := labnet.New(opts.Workers)
+	topo, err := labnet.NewWithPrefix(opts.Workers, labnet.NSPrefix, opts.IPFamily)
 	if err != nil {
 		return err
 	}
@@ -74,9 +76,9 @@ func (l *Lab) Up(ctx context.Context, opts UpOptions) error {
 	if st != nil && st.Ready {
 		herr := l.Healthy(ctx)
 		if herr == nil {
-			if st.Workers != opts.Workers || (st.ProxyMode != "" && st.ProxyMode != opts.ProxyMode) || st.serviceSubnet() != topo.ServiceSubnet {
-				return fmt.Errorf("a lab with %d workers, kube-proxy in %s mode and service CIDR %s is running; run `make lab-down` (or `bin/lab down`) first to start one with %d workers, %s mode and service CIDR %s",
-					st.Workers, st.ProxyMode, st.serviceSubnet(), opts.Workers, opts.ProxyMode, topo.ServiceSubnet)
+			if st.Workers != opts.Workers || (st.ProxyMode != "" && st.ProxyMode != opts.ProxyMode) || st.serviceSubnet() != topo.ServiceSubnet || st.ipFamily() != topo.Family {
+				return fmt.Errorf("a lab with %d workers, kube-proxy in %s mode, service CIDR %s and IP family %s is running; run `make lab-down` (or `bin/lab down`) first to start one with %d workers, %s mode, service CIDR %s and IP family %s",
+					st.Workers, st.ProxyMode, st.serviceSubnet(), st.ipFamily(), opts.Workers, opts.ProxyMode, topo.ServiceSubnet, topo.Family)
 			}
 			l.printf("The lab is already running (since %s).\n\n", st.StartedAt.Local().Format(time.Kitchen))
 			return l.Status(ctx)
@@ -135,7 +137,7 @@ func (l *Lab) up(ctx context.Context, topo *labnet.Topology, opts UpOptions) err
 		_ = lis.Close() // the error above is the one to report
 		return err
 	}
-	state := &State{Workers: opts.Workers, ProxyMode: opts.ProxyMode, ServiceCIDR: topo.ServiceSubnet.String(), ForwardAddr: lis.Addr().String(), StartedAt: time.Now()}
+	state := &State{Workers: opts.Workers, ProxyMode: opts.ProxyMode, ServiceCIDR: topo.ServiceSubnet.String(), IPFamily: topo.Family, ForwardAddr: lis.Addr().String(), StartedAt: time.Now()}
 	if err := l.writeState(state); err != nil {
 		_ = lis.Close() // the error above is the one to report
 		return err

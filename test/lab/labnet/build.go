@@ -52,6 +52,9 @@ func (t *Topology) buildHost(ctx context.Context, h Host) error {
 	sysctls := [][2]string{
 		// No duplicate address detection delay for the link-local address.
 		{"net.ipv6.conf.eth0.accept_dad", "0"},
+		// A link taken down (DisconnectHost, a pulled cable) keeps its IPv6 addresses, as a
+		// carrier loss would; the kernel flushes them on admin-down otherwise.
+		{"net.ipv6.conf.eth0.keep_addr_on_down", "1"},
 		// Pod traffic and DNATed service traffic arrive on interfaces the reverse path would
 		// not choose; kind nodes run with loose filtering too.
 		{"net.ipv4.conf.all.rp_filter", "0"},
@@ -78,17 +81,27 @@ func (t *Topology) ConnectHost(ctx context.Context, h Host) error {
 		{"-n", ns, "link", "set", HostIf, "up"},
 		{"-n", ns, "addr", "replace", fmt.Sprintf("%s/%d", h.IP, ClusterPrefixLen), "dev", HostIf},
 	}
+	if h.IP6.IsValid() {
+		// nodad: the address is usable at once (DAD would hold it "tentative" for a second
+		// after every link-up, and the lab's addresses are unique by construction).
+		steps = append(steps, []string{"-n", ns, "addr", "replace", fmt.Sprintf("%s/%d", h.IP6, NodeSubnet6.Bits()), "dev", HostIf, "nodad"})
+	}
 	if h.Node {
 		// A locally generated packet needs a route before kube-proxy's OUTPUT rules DNAT it;
 		// with no default route (none is needed otherwise) ClusterIPs would be unreachable
 		// from the node itself and its hostNetwork pods.
-		steps = append(steps, []string{"-n", ns, "route", "replace", t.ServiceSubnet.String(), "dev", HostIf})
+		for _, s := range t.ServiceSubnets() {
+			steps = append(steps, []string{"-n", ns, "route", "replace", s.String(), "dev", HostIf})
+		}
 		// Direct routing: every node reaches the other nodes' pod CIDRs through their node IP.
 		for _, o := range t.Nodes() {
 			if o.Name == h.Name {
 				continue
 			}
 			steps = append(steps, []string{"-n", ns, "route", "replace", o.PodCIDR.String(), "via", o.IP.String(), "dev", HostIf})
+			if o.PodCIDR6.IsValid() {
+				steps = append(steps, []string{"-n", ns, "route", "replace", o.PodCIDR6.String(), "via", o.IP6.String(), "dev", HostIf})
+			}
 		}
 	}
 	return ipAll(ctx, steps)
@@ -114,8 +127,10 @@ func (t *Topology) Check(ctx context.Context) error {
 			continue
 		}
 		out, err := IP(ctx, "-n", h.NS(), "-br", "addr", "show", "dev", HostIf)
-		if err != nil || !strings.Contains(out, h.IP.String()+"/") {
-			missing = append(missing, h.NS()+" eth0 address")
+		for _, a := range h.IPs() {
+			if err != nil || !strings.Contains(out, a.String()+"/") {
+				missing = append(missing, h.NS()+" eth0 address "+a.String())
+			}
 		}
 	}
 	if len(missing) > 0 {

@@ -19,13 +19,17 @@ import (
 // socket is created in the namespace (on a thread switched there for that one call); the
 // connection is then used from any goroutine, so the caller's namespace needs no route.
 func DialInNS(ctx context.Context, ns string, addr netip.AddrPort) (net.Conn, error) {
-	if !addr.Addr().Is4() {
-		return nil, fmt.Errorf("dialing %s in %s: only IPv4 is supported", addr, ns)
+	var family int
+	var sa unix.Sockaddr
+	if a := addr.Addr().Unmap(); a.Is4() {
+		family, sa = unix.AF_INET, &unix.SockaddrInet4{Addr: a.As4(), Port: int(addr.Port())}
+	} else {
+		family, sa = unix.AF_INET6, &unix.SockaddrInet6{Addr: a.As16(), Port: int(addr.Port())}
 	}
 	var fd int
 	if err := InNS(ns, func() error {
 		var err error
-		fd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+		fd, err = unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
 		if err != nil {
 			return fmt.Errorf("creating a socket: %w", err)
 		}
@@ -36,7 +40,7 @@ func DialInNS(ctx context.Context, ns string, addr netip.AddrPort) (net.Conn, er
 	f := os.NewFile(uintptr(fd), "lab-socket")
 	// Closes the socket on failure; on success net.FileConn has made its own duplicate.
 	defer func() { _ = f.Close() }()
-	err := unix.Connect(fd, &unix.SockaddrInet4{Addr: addr.Addr().As4(), Port: int(addr.Port())})
+	err := unix.Connect(fd, sa)
 	if err != nil && !errors.Is(err, unix.EINPROGRESS) {
 		return nil, fmt.Errorf("connecting to %s in %s: %w", addr, ns, err)
 	}

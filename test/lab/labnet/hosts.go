@@ -46,7 +46,36 @@ var (
 	DefaultServiceSubnet = netip.MustParsePrefix("10.200.1.0/24")
 	// ClientIP is mypc's address.
 	ClientIP = netip.MustParseAddr("172.18.0.100")
+
+	// NodeSubnet6 is the segment's IPv6 prefix: kind's network is dual-stack with this ULA.
+	// A host's IPv6 address ends in the digits of its IPv4 address's last octet
+	// (172.18.0.3 -> fc00:f853:ccd:e793::3, mypc -> ::100), so either is easy to read off the other.
+	NodeSubnet6 = netip.MustParsePrefix("fc00:f853:ccd:e793::/64")
+	// PodSubnet6 is the IPv6 pod CIDR; node N gets fd00:10:10:N::/64.
+	PodSubnet6 = netip.MustParsePrefix("fd00:10:10::/56")
+	// ServiceSubnet6 is the IPv6 service CIDR of a dual-stack lab.
+	ServiceSubnet6 = netip.MustParsePrefix("fd00:10:200::/112")
 )
+
+// IP families the lab can run.
+const (
+	// FamilyDual gives every host, pod and the service CIDR an IPv4 and an IPv6 address,
+	// IPv4 first (Services stay single-stack IPv4 unless they ask), as on kind's network.
+	FamilyDual = "dual"
+	// FamilyIPv4 is the IPv4-only lab.
+	FamilyIPv4 = "ipv4"
+)
+
+// ParseIPFamily checks a lab IP family name; "" is FamilyDual.
+func ParseIPFamily(s string) (string, error) {
+	switch s {
+	case "", FamilyDual:
+		return FamilyDual, nil
+	case FamilyIPv4:
+		return FamilyIPv4, nil
+	}
+	return "", fmt.Errorf("IP family %q: the lab runs %q (IPv4 and IPv6) or %q", s, FamilyDual, FamilyIPv4)
+}
 
 // Host is one machine of the lab: a node or the client.
 type Host struct {
@@ -54,17 +83,37 @@ type Host struct {
 	Name string
 	// IP is the address of eth0 in 172.18.0.0/16.
 	IP netip.Addr
+	// IP6 is the address of eth0 in NodeSubnet6; invalid in an IPv4-only lab.
+	IP6 netip.Addr
 	// MAC is eth0's address, derived from IP like Docker does (02:42:ac:12:00:NN), so tests can
 	// predict which MAC answers for an address.
 	MAC string
 	// PodCIDR is the node's pod range; invalid for the client.
 	PodCIDR netip.Prefix
+	// PodCIDR6 is the node's IPv6 pod range; invalid for the client and in an IPv4-only lab.
+	PodCIDR6 netip.Prefix
 	// Node is true for Kubernetes nodes.
 	Node bool
 	// ControlPlane is true for the control-plane node.
 	ControlPlane bool
 
 	nsPrefix string
+}
+
+// IPs are the host's addresses, IPv4 first (the primary family, as on kind's nodes).
+func (h Host) IPs() []netip.Addr {
+	if h.IP6.IsValid() {
+		return []netip.Addr{h.IP, h.IP6}
+	}
+	return []netip.Addr{h.IP}
+}
+
+// PodCIDRs are the node's pod ranges, IPv4 first.
+func (h Host) PodCIDRs() []netip.Prefix {
+	if h.PodCIDR6.IsValid() {
+		return []netip.Prefix{h.PodCIDR, h.PodCIDR6}
+	}
+	return []netip.Prefix{h.PodCIDR}
 }
 
 // NS is the host's network namespace name.
@@ -81,6 +130,36 @@ type Topology struct {
 	// ServiceSubnet is the service CIDR (DefaultServiceSubnet unless set);
 	// the kubernetes Service is its first address.
 	ServiceSubnet netip.Prefix
+	// Family is FamilyDual or FamilyIPv4.
+	Family string
+}
+
+// DualStack reports whether hosts, pods and Services have IPv6 addresses too.
+func (t *Topology) DualStack() bool { return t.Family == FamilyDual }
+
+// ServiceSubnets are the service CIDRs, IPv4 first.
+func (t *Topology) ServiceSubnets() []netip.Prefix {
+	if t.DualStack() {
+		return []netip.Prefix{t.ServiceSubnet, ServiceSubnet6}
+	}
+	return []netip.Prefix{t.ServiceSubnet}
+}
+
+// PodSubnets are the cluster's pod CIDRs, IPv4 first.
+func (t *Topology) PodSubnets() []netip.Prefix {
+	if t.DualStack() {
+		return []netip.Prefix{PodSubnet, PodSubnet6}
+	}
+	return []netip.Prefix{PodSubnet}
+}
+
+// JoinPrefixes is the comma-separated list Kubernetes' dual-stack flags take.
+func JoinPrefixes(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
 }
 
 // KubernetesServiceIP is the ClusterIP of the default/kubernetes Service: the
@@ -107,17 +186,21 @@ func ParseServiceSubnet(s string) (netip.Prefix, error) {
 	return p, nil
 }
 
-// New returns the lab's topology: a control plane, the given number of workers and mypc.
-// Workers are named like kind's: myk8s-worker, myk8s-worker2, myk8s-worker3, ...
-func New(workers int) (*Topology, error) { return NewWithPrefix(workers, NSPrefix) }
+// New returns the lab's topology: a control plane, the given number of workers and mypc,
+// dual-stack. Workers are named like kind's: myk8s-worker, myk8s-worker2, myk8s-worker3, ...
+func New(workers int) (*Topology, error) { return NewWithPrefix(workers, NSPrefix, FamilyDual) }
 
 // NewWithPrefix returns the same topology with other namespace names (prefix + host name,
-// prefix + "sw"), so a test can build one next to a running lab.
-func NewWithPrefix(workers int, prefix string) (*Topology, error) {
+// prefix + "sw"), so a test can build one next to a running lab, and the given IP family.
+func NewWithPrefix(workers int, prefix, family string) (*Topology, error) {
 	if workers < 0 || workers > MaxWorkers {
 		return nil, fmt.Errorf("worker count %d: must be between 0 and %d", workers, MaxWorkers)
 	}
-	t := &Topology{Prefix: prefix, ServiceSubnet: DefaultServiceSubnet}
+	family, err := ParseIPFamily(family)
+	if err != nil {
+		return nil, err
+	}
+	t := &Topology{Prefix: prefix, ServiceSubnet: DefaultServiceSubnet, Family: family}
 	for i := 0; i <= workers; i++ {
 		name := ControlPlaneName
 		if i == 1 {
@@ -125,25 +208,46 @@ func NewWithPrefix(workers int, prefix string) (*Topology, error) {
 		} else if i > 1 {
 			name = fmt.Sprintf("myk8s-worker%d", i)
 		}
-		t.Hosts = append(t.Hosts, newHost(prefix, name, byte(i+2), netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 10, byte(i), 0}), 24), i == 0))
+		t.Hosts = append(t.Hosts, t.newHost(name, byte(i+2), i, i == 0))
 	}
-	t.Hosts = append(t.Hosts, newHost(prefix, ClientName, ClientIP.As4()[3], netip.Prefix{}, false))
+	t.Hosts = append(t.Hosts, t.newHost(ClientName, ClientIP.As4()[3], -1, false))
 	return t, nil
 }
 
 // SwitchNS is the namespace holding the bridge.
 func (t *Topology) SwitchNS() string { return t.Prefix + "sw" }
 
-func newHost(prefix, name string, last byte, podCIDR netip.Prefix, cp bool) Host {
-	return Host{
-		nsPrefix:     prefix,
+// newHost makes a host whose addresses end in last; node >= 0 is its index among the nodes
+// (its pod CIDRs), -1 for the client.
+func (t *Topology) newHost(name string, last byte, node int, cp bool) Host {
+	h := Host{
+		nsPrefix:     t.Prefix,
 		Name:         name,
 		IP:           netip.AddrFrom4([4]byte{172, 18, 0, last}),
 		MAC:          fmt.Sprintf("02:42:ac:12:00:%02x", last),
-		PodCIDR:      podCIDR,
-		Node:         podCIDR.IsValid(),
+		Node:         node >= 0,
 		ControlPlane: cp,
 	}
+	if h.Node {
+		h.PodCIDR = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 10, byte(node), 0}), 24)
+	}
+	if !t.DualStack() {
+		return h
+	}
+	// The decimal digits of the last octet, read as hex: .3 -> ::3, .100 -> ::100.
+	var digits uint16
+	for _, c := range fmt.Sprint(last) {
+		digits = digits<<4 | uint16(c-'0')
+	}
+	a := NodeSubnet6.Addr().As16()
+	a[14], a[15] = byte(digits>>8), byte(digits)
+	h.IP6 = netip.AddrFrom16(a)
+	if h.Node {
+		p := PodSubnet6.Addr().As16()
+		p[7] = byte(node)
+		h.PodCIDR6 = netip.PrefixFrom(netip.AddrFrom16(p), 64)
+	}
+	return h
 }
 
 // Nodes returns the Kubernetes nodes, control plane first.

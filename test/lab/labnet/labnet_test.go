@@ -85,7 +85,7 @@ func TestBuildAndForward(t *testing.T) {
 	ctx := context.Background()
 	// Names of our own, so the test runs next to a lab (or the lab's smoke test).
 	prefix := fmt.Sprintf("ilb-nt%d-", os.Getpid()%100000)
-	topo, err := NewWithPrefix(1, prefix)
+	topo, err := NewWithPrefix(1, prefix, FamilyDual)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,6 +106,10 @@ func TestBuildAndForward(t *testing.T) {
 	if err != nil || !strings.Contains(out, "via 172.18.0.2 dev eth0") {
 		t.Errorf("worker's route to the control plane's pod CIDR = %q (%v)", out, err)
 	}
+	out, err = IP(ctx, "-n", worker.NS(), "-6", "route", "show", "fd00:10:10::/64")
+	if err != nil || !strings.Contains(out, "via fc00:f853:ccd:e793::2 dev eth0") {
+		t.Errorf("worker's route to the control plane's IPv6 pod CIDR = %q (%v)", out, err)
+	}
 	out, err = IP(ctx, "-n", worker.NS(), "link", "show", "eth0")
 	if err != nil || !strings.Contains(out, worker.MAC) {
 		t.Errorf("worker eth0 = %q (%v), want MAC %s", out, err, worker.MAC)
@@ -115,12 +119,25 @@ func TestBuildAndForward(t *testing.T) {
 		t.Errorf("the root namespace routes into the lab: %s", out)
 	}
 
-	// A TCP server on the control plane, reached from the root namespace through DialInNS.
+	// A TCP server on the control plane, reached from the root namespace through DialInNS,
+	// from mypc's namespace across the bridge, on both addresses (IPv6: no DAD delay, nodad).
+	mypc, _ := topo.Host(ClientName)
+	if IsLabNS(mypc.NS()) {
+		t.Fatalf("test namespace %s would be taken for the lab's", mypc.NS())
+	}
 	cp := topo.ControlPlane()
+	for _, a := range cp.IPs() {
+		checkDial(ctx, t, cp.NS(), mypc.NS(), netip.AddrPortFrom(a, 7777))
+	}
+}
+
+// checkDial serves one greeting on addr in serverNS and reads it from clientNS.
+func checkDial(ctx context.Context, t *testing.T, serverNS, clientNS string, addr netip.AddrPort) {
+	t.Helper()
 	var lis net.Listener
-	if err := InNS(cp.NS(), func() error {
+	if err := InNS(serverNS, func() error {
 		var err error
-		lis, err = net.Listen("tcp4", cp.IP.String()+":7777")
+		lis, err = net.Listen("tcp", addr.String())
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -136,20 +153,46 @@ func TestBuildAndForward(t *testing.T) {
 	}()
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	// Dial from mypc's namespace: across the bridge.
-	mypc, _ := topo.Host(ClientName)
-	if IsLabNS(mypc.NS()) {
-		t.Fatalf("test namespace %s would be taken for the lab's", mypc.NS())
-	}
-	c, err := DialInNS(dctx, mypc.NS(), netip.AddrPortFrom(cp.IP, 7777))
+	c, err := DialInNS(dctx, clientNS, addr)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("dialling %s from %s: %v", addr, clientNS, err)
 	}
 	defer func() { _ = c.Close() }()
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	line, err := bufio.NewReader(c).ReadString('\n')
 	if err != nil || line != "hello from the control plane\n" {
-		t.Errorf("read %q, %v", line, err)
+		t.Errorf("%s: read %q, %v", addr, line, err)
+	}
+}
+
+func TestDualStackAddresses(t *testing.T) {
+	topo, err := New(12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string][3]string{
+		"myk8s-control-plane": {"172.18.0.2", "fc00:f853:ccd:e793::2", "fd00:10:10::/64"},
+		"myk8s-worker":        {"172.18.0.3", "fc00:f853:ccd:e793::3", "fd00:10:10:1::/64"},
+		"myk8s-worker12":      {"172.18.0.14", "fc00:f853:ccd:e793::14", "fd00:10:10:c::/64"},
+		"mypc":                {"172.18.0.100", "fc00:f853:ccd:e793::100", "invalid Prefix"},
+	} {
+		h, _ := topo.Host(name)
+		if got := [3]string{h.IP.String(), h.IP6.String(), h.PodCIDR6.String()}; got != want {
+			t.Errorf("%s: addresses %v, want %v", name, got, want)
+		}
+	}
+	if got := JoinPrefixes(topo.ServiceSubnets()); got != "10.200.1.0/24,fd00:10:200::/112" {
+		t.Errorf("service CIDRs %s", got)
+	}
+	v4, err := NewWithPrefix(1, NSPrefix, FamilyIPv4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := v4.Hosts[1]; h.IP6.IsValid() || h.PodCIDR6.IsValid() || len(v4.ServiceSubnets()) != 1 || len(h.IPs()) != 1 {
+		t.Errorf("IPv4-only lab has IPv6 addresses: %+v", h)
+	}
+	if _, err := ParseIPFamily("ipv6"); err == nil || !strings.Contains(err.Error(), `"ipv6"`) {
+		t.Errorf("ParseIPFamily(ipv6) = %v, want an error naming the value", err)
 	}
 }
 

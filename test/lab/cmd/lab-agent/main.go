@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/go-logr/logr/funcr"
@@ -24,11 +25,11 @@ func main() {
 		os.Exit(127)
 	}
 	var cfg agent.Config
-	var podCIDR string
+	var nodeIPs, podCIDRs string
 	fs := flag.NewFlagSet("lab-agent", flag.ExitOnError)
 	fs.StringVar(&cfg.NodeName, "node-name", "", "name of the Node to register")
-	fs.StringVar(&cfg.NodeIP, "node-ip", "", "the node's InternalIP")
-	fs.StringVar(&podCIDR, "pod-cidr", "", "the node's pod CIDR (IPv4); pod addresses start at .2")
+	fs.StringVar(&nodeIPs, "node-ip", "", "the node's InternalIP: IPv4, or IPv4,IPv6 for a dual-stack node")
+	fs.StringVar(&podCIDRs, "pod-cidr", "", "the node's pod CIDR: IPv4, or IPv4,IPv6 for a dual-stack node; pod addresses start at .2 (::2)")
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", "", "kubeconfig for the API server")
 	fs.StringVar(&cfg.StateDir, "state-dir", "", "directory for the agent's state (IP allocations, pod volumes, pidfiles)")
 	fs.StringVar(&cfg.NetNS, "netns", "", "the node's network namespace (pod veths and hostNetwork pods go there)")
@@ -42,13 +43,9 @@ func main() {
 
 	log := funcr.NewJSON(func(obj string) { fmt.Fprintln(os.Stderr, obj) }, funcr.Options{LogTimestamp: true, Verbosity: *verbosity})
 	cfg.Log = log
-	if podCIDR != "" {
-		p, err := netip.ParsePrefix(podCIDR)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "lab-agent: --pod-cidr %q: %v\n", podCIDR, err)
-			os.Exit(2)
-		}
-		cfg.PodCIDR = p
+	if err := parseFamilies(&cfg, nodeIPs, podCIDRs); err != nil {
+		fmt.Fprintf(os.Stderr, "lab-agent: %v\n", err)
+		os.Exit(2)
 	}
 	a, err := agent.New(cfg)
 	if err != nil {
@@ -61,4 +58,39 @@ func main() {
 		log.Error(err, "Agent failed")
 		os.Exit(1)
 	}
+}
+
+// parseFamilies reads the dual-stack pairs of --node-ip and --pod-cidr into cfg: the first
+// entry is the primary (IPv4) one, an optional second one the IPv6 one.
+func parseFamilies(cfg *agent.Config, nodeIPs, podCIDRs string) error {
+	ips := strings.Split(nodeIPs, ",")
+	cfg.NodeIP = ips[0]
+	if len(ips) > 2 {
+		return fmt.Errorf("--node-ip %q: at most one IPv4 and one IPv6 address", nodeIPs)
+	}
+	if len(ips) == 2 {
+		cfg.NodeIP6 = ips[1]
+	}
+	if podCIDRs == "" {
+		return nil
+	}
+	cidrs := strings.Split(podCIDRs, ",")
+	if len(cidrs) > 2 {
+		return fmt.Errorf("--pod-cidr %q: at most one IPv4 and one IPv6 prefix", podCIDRs)
+	}
+	for i, c := range cidrs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return fmt.Errorf("--pod-cidr %q: %w", podCIDRs, err)
+		}
+		if p.Addr().Is4() != (i == 0) {
+			return fmt.Errorf("--pod-cidr %q: the first prefix must be IPv4 and the second IPv6", podCIDRs)
+		}
+		if i == 0 {
+			cfg.PodCIDR = p
+		} else {
+			cfg.PodCIDR6 = p
+		}
+	}
+	return nil
 }
