@@ -257,15 +257,16 @@ LAB ?= $(LOCALBIN)/lab
 # demo, make test-e2e and the lab benchmarks); a /16 makes room for thousands of Services.
 LAB_WORKERS ?= 3
 LAB_SERVICE_CIDR ?= 10.200.1.0/24
-export LAB_WORKERS LAB_SERVICE_CIDR
+LAB_IP_FAMILY ?= dual
+export LAB_WORKERS LAB_SERVICE_CIDR LAB_IP_FAMILY
 
 .PHONY: lab
 lab: ## Build the lab command into ./bin/lab.
 	go build -o $(LAB) ./test/lab/cmd/lab
 
 .PHONY: lab-up
-lab-up: image lab $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Bring the lab cluster up in network namespaces (LAB_WORKERS=3, LAB_SERVICE_CIDR=10.200.1.0/24).
-	$(LAB) up --workers $(LAB_WORKERS) --service-cidr $(LAB_SERVICE_CIDR)
+lab-up: image lab $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Bring the lab cluster up in network namespaces (LAB_WORKERS=3, LAB_SERVICE_CIDR=10.200.1.0/24, LAB_IP_FAMILY=dual|ipv4).
+	$(LAB) up --workers $(LAB_WORKERS) --service-cidr $(LAB_SERVICE_CIDR) --ip-family $(LAB_IP_FAMILY)
 
 .PHONY: lab-down
 lab-down: lab ## Remove the lab: every ilb-* namespace, link, process and .lab.

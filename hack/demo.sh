@@ -52,7 +52,7 @@ IMAGE_ID="ghcr.io/ironlb/ironlb@$(cat bin/image/digest)"
 step "image: $IMAGE_ID"
 
 step "bringing the lab up (an already running lab is reused)"
-"$LAB" up --workers "${LAB_WORKERS:-3}" --service-cidr "${LAB_SERVICE_CIDR:-10.200.1.0/24}" ||
+"$LAB" up --workers "${LAB_WORKERS:-3}" --service-cidr "${LAB_SERVICE_CIDR:-10.200.1.0/24}" --ip-family "${LAB_IP_FAMILY:-dual}" ||
 	fail "lab up failed" "$LAB status" "ls $ROOT/.lab/logs/" "$LAB down && make demo"
 export KUBECONFIG="$KUBECONFIG_PATH"
 

@@ -18,7 +18,7 @@ import (
 
 // ARPOptions configure RunARP.
 type ARPOptions struct {
-	// Target is the IPv4 address asked for.
+	// Target is the address asked for: by ARP (IPv4) or NDP (IPv6).
 	Target netip.Addr
 	// Interface to send on; "" picks the interface whose subnet holds Target.
 	Interface string
@@ -31,22 +31,27 @@ type ARPOptions struct {
 }
 
 // ARPRecord is one ARP packet whose sender is the target: an answer to our
-// requests, or an announcement (gratuitous request or reply) by the holder.
+// requests, or an announcement (gratuitous request or reply) by the holder; or for an
+// IPv6 target one Neighbor Advertisement for it (solicited or not).
 type ARPRecord struct {
 	At  time.Time
 	MAC net.HardwareAddr
-	// Reply: an ARP reply (to us or gratuitous); else a gratuitous request.
+	// Reply: an ARP reply (to us or gratuitous) or an NA; else a gratuitous request.
 	Reply bool
+	// NDP marks a Neighbor Advertisement; Router, Solicited and Override are its flags.
+	NDP                         bool
+	Router, Solicited, Override bool
 }
 
 // RunARP asks "who has Target?" every Interval from the client, the way a
 // host resolving the address would, and records every ARP packet the target's
 // holder sends, with the time it arrived. Unlike the HTTP probe, it sees the
 // moment an address starts to be answered, independent of what happens to
-// the traffic on the node after that.
+// the traffic on the node after that. For an IPv6 target it does the same with
+// Neighbor Solicitations and Advertisements.
 func RunARP(ctx context.Context, o ARPOptions) ([]ARPRecord, error) {
-	if !o.Target.Is4() {
-		return nil, fmt.Errorf("ARP target %v: not an IPv4 address", o.Target)
+	if !o.Target.IsValid() {
+		return nil, fmt.Errorf("no target address")
 	}
 	if o.Interval <= 0 {
 		o.Interval = 10 * time.Millisecond
@@ -54,6 +59,9 @@ func RunARP(ctx context.Context, o ARPOptions) ([]ARPRecord, error) {
 	ifi, err := interfaceFor(o.Interface, o.Target)
 	if err != nil {
 		return nil, err
+	}
+	if isIPv6(o.Target) {
+		return runNDP(ctx, o, ifi)
 	}
 	c, err := arp.Dial(ifi)
 	if err != nil {
@@ -130,7 +138,9 @@ func interfaceFor(name string, target netip.Addr) (*net.Interface, error) {
 	return nil, fmt.Errorf("no interface has a subnet holding %v; pass --iface", target)
 }
 
-// WriteARP prints records one per line: "arp <unix ns> <mac> reply|request".
+// WriteARP prints records one per line: "arp <unix ns> <mac> reply|request", or
+// "ndp <unix ns> <mac> reply <flags>" for a Neighbor Advertisement (flags: R, S and O
+// for Router, Solicited and Override; "-" for none).
 func WriteARP(w io.Writer, recs []ARPRecord) error {
 	bw := bufio.NewWriter(w)
 	for _, r := range recs {
@@ -139,7 +149,11 @@ func WriteARP(w io.Writer, recs []ARPRecord) error {
 			op = "reply"
 		}
 		// bufio.Writer keeps the first write error; Flush below returns it.
-		_, _ = fmt.Fprintf(bw, "arp %d %s %s\n", r.At.UnixNano(), r.MAC, op)
+		if r.NDP {
+			_, _ = fmt.Fprintf(bw, "ndp %d %s %s %s\n", r.At.UnixNano(), r.MAC, op, ndpFlags(r))
+		} else {
+			_, _ = fmt.Fprintf(bw, "arp %d %s %s\n", r.At.UnixNano(), r.MAC, op)
+		}
 	}
 	return bw.Flush()
 }
@@ -149,7 +163,8 @@ func ParseARP(s string) []ARPRecord {
 	var out []ARPRecord
 	for _, line := range strings.Split(s, "\n") {
 		f := strings.Fields(line)
-		if len(f) != 4 || f[0] != "arp" || (f[3] != "reply" && f[3] != "request") {
+		ok := (len(f) == 4 && f[0] == "arp") || (len(f) == 5 && f[0] == "ndp")
+		if !ok || (f[3] != "reply" && f[3] != "request") {
 			continue
 		}
 		at, err := strconv.ParseInt(f[1], 10, 64)
@@ -160,7 +175,11 @@ func ParseARP(s string) []ARPRecord {
 		if err != nil {
 			continue
 		}
-		out = append(out, ARPRecord{At: time.Unix(0, at), MAC: mac, Reply: f[3] == "reply"})
+		r := ARPRecord{At: time.Unix(0, at), MAC: mac, Reply: f[3] == "reply", NDP: f[0] == "ndp"}
+		if r.NDP {
+			r.Router, r.Solicited, r.Override = strings.Contains(f[4], "R"), strings.Contains(f[4], "S"), strings.Contains(f[4], "O")
+		}
+		out = append(out, r)
 	}
 	return out
 }

@@ -48,14 +48,29 @@ func TestARPRoundTrip(t *testing.T) {
 	recs := []ARPRecord{
 		{At: time.Unix(100, 5), MAC: mac, Reply: false},
 		{At: time.Unix(100, 20_000_000), MAC: mac, Reply: true},
+		{At: time.Unix(101, 0), MAC: mac, Reply: true, NDP: true, Solicited: true, Override: true},
+		{At: time.Unix(102, 0), MAC: mac, Reply: true, NDP: true, Router: true},
+		{At: time.Unix(103, 0), MAC: mac, Reply: true, NDP: true},
 	}
 	var b bytes.Buffer
 	if err := WriteARP(&b, recs); err != nil {
 		t.Fatal(err)
 	}
-	got := ParseARP("noise\narp 1 zz reply\n" + b.String() + "ok 1 2\n")
-	if len(got) != 2 || !got[0].At.Equal(recs[0].At) || got[0].Reply || !got[1].Reply || got[1].MAC.String() != mac.String() {
+	if !strings.Contains(b.String(), " reply SO\n") || !strings.Contains(b.String(), " reply -\n") {
+		t.Errorf("NDP flags not printed:\n%s", b.String())
+	}
+	got := ParseARP("noise\narp 1 zz reply\nndp 1 02:00:00:00:00:0b reply\n" + b.String() + "ok 1 2\n")
+	if len(got) != len(recs) {
 		t.Fatalf("round trip of %+v: got %+v", recs, got)
+	}
+	for i := range recs {
+		if !got[i].At.Equal(recs[i].At) || got[i].MAC.String() != mac.String() {
+			t.Errorf("record %d: got %+v, want %+v", i, got[i], recs[i])
+		}
+		g, w := got[i], recs[i]
+		if g.Reply != w.Reply || g.NDP != w.NDP || g.Router != w.Router || g.Solicited != w.Solicited || g.Override != w.Override {
+			t.Errorf("record %d: got %+v, want %+v", i, got[i], recs[i])
+		}
 	}
 }
 

@@ -216,7 +216,7 @@ func (l *Lab) Status(ctx context.Context) error {
 		return err
 	}
 	var rows strings.Builder
-	fmt.Fprintln(&rows, "HOST\tNAMESPACE\tIP\tMAC\tPOD CIDR\tLINK")
+	fmt.Fprintln(&rows, "HOST\tNAMESPACE\tIPS\tMAC\tPOD CIDRS\tLINK")
 	for _, h := range topo.Hosts {
 		link := "missing"
 		if labnet.NSExists(h.NS()) {
@@ -227,9 +227,9 @@ func (l *Lab) Status(ctx context.Context) error {
 		}
 		cidr := "-"
 		if h.Node {
-			cidr = h.PodCIDR.String()
+			cidr = labnet.JoinPrefixes(h.PodCIDRs())
 		}
-		fmt.Fprintf(&rows, "%s\t%s\t%s\t%s\t%s\t%s\n", h.Name, h.NS(), h.IP, h.MAC, cidr, link)
+		fmt.Fprintf(&rows, "%s\t%s\t%s\t%s\t%s\t%s\n", h.Name, h.NS(), joinAddrs(h.IPs()), h.MAC, cidr, link)
 	}
 	l.printTable(rows.String())
 
@@ -276,20 +276,20 @@ func (l *Lab) Status(ctx context.Context) error {
 		return nil
 	}
 	rows.Reset()
-	fmt.Fprintln(&rows, "NODE\tREADY\tINTERNAL-IP\tPOD CIDR\tROLES")
+	fmt.Fprintln(&rows, "NODE\tREADY\tINTERNAL-IPS\tPOD CIDRS\tROLES")
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
-		ip := ""
+		var ips []string
 		for _, a := range n.Status.Addresses {
 			if a.Type == "InternalIP" {
-				ip = a.Address
+				ips = append(ips, a.Address)
 			}
 		}
 		role := "<none>"
 		if _, ok := n.Labels[ControlPlaneRole]; ok {
 			role = "control-plane"
 		}
-		fmt.Fprintf(&rows, "%s\t%v\t%s\t%s\t%s\n", n.Name, nodeReady(n), ip, n.Spec.PodCIDR, role)
+		fmt.Fprintf(&rows, "%s\t%v\t%s\t%s\t%s\n", n.Name, nodeReady(n), strings.Join(ips, ","), strings.Join(n.Spec.PodCIDRs, ","), role)
 	}
 	l.printTable(rows.String())
 	if len(nodes.Items) == 0 {

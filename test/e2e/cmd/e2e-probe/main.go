@@ -2,8 +2,8 @@
 // default it sends one HTTP request every interval on a new connection and
 // prints one line per request; with --keepalive N it also keeps N persistent
 // connections busy and prints one JSON summary of both instead; with --arp it
-// asks for an IPv4 address by ARP every interval and prints every ARP packet
-// the address's holder sends (see package probe).
+// asks for an address by ARP (IPv4) or NDP (IPv6) every interval and prints every
+// ARP packet or Neighbor Advertisement the address's holder sends (see package probe).
 package main
 
 import (
@@ -29,7 +29,7 @@ func main() {
 		newConns bool
 	)
 	flag.StringVar(&o.URL, "url", "", "URL to GET")
-	flag.StringVar(&arpIP, "arp", "", "instead of HTTP, ask for this IPv4 address by ARP")
+	flag.StringVar(&arpIP, "arp", "", "instead of HTTP, ask for this address by ARP (IPv4) or Neighbor Solicitation (IPv6)")
 	flag.StringVar(&ao.Interface, "iface", "", "--arp: interface (default: the one whose subnet holds the address)")
 	flag.DurationVar(&o.Interval, "interval", 0, "time between request starts (default 20ms; --arp: 10ms)")
 	flag.DurationVar(&o.Timeout, "timeout", 0, "per-request timeout of the new-connection probe (default 1s)")

@@ -89,6 +89,7 @@ in place of the kubelet, and a client host mypc (172.18.0.100) on the same segme
 	}
 	upCmd.Flags().IntVar(&up.Workers, "workers", labctl.DefaultWorkers, "number of worker nodes")
 	upCmd.Flags().StringVar(&up.ServiceCIDR, "service-cidr", labnet.DefaultServiceSubnet.String(), "service CIDR (IPv4, /12 to /28); bigger than the default for thousands of Services")
+	upCmd.Flags().StringVar(&up.IPFamily, "ip-family", labnet.FamilyDual, "IP family of nodes, pods and Services: dual (IPv4 and IPv6, like kind's network) or ipv4")
 	upCmd.Flags().StringVar(&up.ProxyMode, "proxy-mode", labctl.ProxyIptables, "kube-proxy mode: iptables or nftables")
 	upCmd.Flags().BoolVar(&up.NoAgent, "no-agent", false, "start no node agents (network and control plane only; for debugging the lab)")
 	upCmd.Flags().DurationVar(&up.NodesTimeout, "nodes-timeout", 0, "how long to wait for the nodes to be Ready (default 90s)")
