@@ -244,7 +244,7 @@ func (e *Env) startProbe(t testing.TB, ip string, interval time.Duration) *clien
 	if e.Probe == "" {
 		t.Fatal("no e2e-probe on the client")
 	}
-	return e.runProbe("--url", "http://"+ip+"/", "--interval", interval.String(), "--timeout", "1s")
+	return e.runProbe("--url", serviceURL(ip), "--interval", interval.String(), "--timeout", "1s")
 }
 
 // stopRecords stops a probe loop and returns its records.

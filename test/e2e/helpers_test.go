@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"regexp"
@@ -87,8 +88,12 @@ func dumpOnFailure(t testing.TB, e *Env, nodes func() []string) {
 		}
 		if nodes != nil {
 			for _, n := range nodes() {
-				if r, err := e.Hosts.Run(ctx, n, "iptables-save", "-t", "nat"); err == nil {
-					fmt.Fprintf(&b, "---- %s: iptables-save -t nat (KUBE-SERVICES, KUBE-EXT, KUBE-SVC lines)\n", n)
+				for _, save := range []string{"iptables-save", "ip6tables-save"} {
+					r, err := e.Hosts.Run(ctx, n, save, "-t", "nat")
+					if err != nil {
+						continue
+					}
+					fmt.Fprintf(&b, "---- %s: %s -t nat (KUBE-SERVICES, KUBE-EXT, KUBE-SVC lines)\n", n, save)
 					for _, line := range strings.Split(r.Stdout, "\n") {
 						if strings.Contains(line, "KUBE-EXT") || strings.Contains(line, "-A KUBE-SERVICES") || strings.Contains(line, "KUBE-SVC") {
 							fmt.Fprintln(&b, line)
@@ -142,7 +147,7 @@ func (e *Env) client(ctx context.Context, script string) (Result, error) {
 // returns the Hostname lines seen (pod name -> count) and which requests
 // (1-based) failed.
 func (e *Env) curlMany(ctx context.Context, ip string, n int) (map[string]int, []int, error) {
-	script := fmt.Sprintf(`for i in $(seq %d); do h=$(curl -s -m 2 http://%s/ | grep '^Hostname:'); if [ -n "$h" ]; then echo "$h"; else echo FAILED; fi; done`, n, ip)
+	script := fmt.Sprintf(`for i in $(seq %d); do h=$(curl -s -m 2 %s | grep '^Hostname:'); if [ -n "$h" ]; then echo "$h"; else echo FAILED; fi; done`, n, serviceURL(ip))
 	r, err := e.client(ctx, script)
 	if err != nil {
 		return nil, nil, err
@@ -159,10 +164,15 @@ func (e *Env) curlMany(ctx context.Context, ip string, n int) (map[string]int, [
 	return seen, which, nil
 }
 
+// serviceURL is the URL of a Service IP's port 80, for IPv4 and IPv6 addresses.
+func serviceURL(ip string) string {
+	return "http://" + net.JoinHostPort(ip, "80") + "/"
+}
+
 // curlOnce reports whether one request from the client to ip succeeds, and
 // the Hostname it returned.
 func (e *Env) curlOnce(ctx context.Context, ip string) (string, bool) {
-	r, err := e.client(ctx, fmt.Sprintf("curl -s -m 1 http://%s/ | grep '^Hostname:'", ip))
+	r, err := e.client(ctx, fmt.Sprintf("curl -s -m 1 %s | grep '^Hostname:'", serviceURL(ip)))
 	if err != nil || r.Code != 0 {
 		return "", false
 	}
@@ -205,6 +215,24 @@ func (e *Env) nodeMACs(ctx context.Context) (map[string]string, error) {
 		out[n.Name] = mac
 	}
 	return out, nil
+}
+
+// requireIPv6 skips a test on a cluster whose nodes have no IPv6 address (an IPv4-only
+// lab or kind cluster); in CI the lab is dual-stack, so such a skip fails the run.
+func (e *Env) requireIPv6(t testing.TB) {
+	t.Helper()
+	var nodes corev1.NodeList
+	if err := e.C.List(context.Background(), &nodes); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		for _, a := range n.Status.Addresses {
+			if ip, err := netip.ParseAddr(a.Address); a.Type == corev1.NodeInternalIP && err == nil && ip.Is6() {
+				return
+			}
+		}
+	}
+	t.Skip("the cluster is IPv4-only (no node has an IPv6 InternalIP); the lab is dual-stack unless LAB_IP_FAMILY=ipv4")
 }
 
 func nodeIP(n *corev1.Node) string {

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"syscall"
@@ -62,7 +63,7 @@ func (e *Env) newLBFixture(t testing.TB, name, ip string) *lbFixture {
 	f := &lbFixture{name: name, ip: ip, workers: without(tp.nodes, tp.controlPlane)}
 	pool := &v1beta1.IPAddressPool{
 		ObjectMeta: metav1.ObjectMeta{Name: name + "-pool", Namespace: Namespace},
-		Spec:       v1beta1.IPAddressPoolSpec{Addresses: []string{ip + "/32"}, AutoAssign: ptr(false)},
+		Spec:       v1beta1.IPAddressPoolSpec{Addresses: []string{netip.PrefixFrom(netip.MustParseAddr(ip), netip.MustParseAddr(ip).BitLen()).String()}, AutoAssign: ptr(false)},
 	}
 	adv := &v1beta1.L2Advertisement{
 		ObjectMeta: metav1.ObjectMeta{Name: name + "-adv", Namespace: Namespace},
@@ -77,6 +78,9 @@ func (e *Env) newLBFixture(t testing.TB, name, ip string) *lbFixture {
 	e.create(t, adv)
 	svc := lbService(name, name, "")
 	svc.Annotations["metallb.io/address-pool"] = pool.Name
+	if netip.MustParseAddr(ip).Is6() {
+		singleStack(svc, corev1.IPv6Protocol)
+	}
 	e.create(t, svc)
 	e.placeBackends(t, f, "")
 	if got := e.waitIngressIP(t, "default", name); got != ip {
@@ -268,9 +272,15 @@ func (e *Env) signaller(t *testing.T) ContainerSignaller {
 func TestHitlessSpeakerRollingUpdate(t *testing.T) {
 	e := requireEnv(t)
 	applyWalkthrough(t, e)
+	forEachFamily(t, e, "172.18.254.101", "fc00:f853:ccd:e793:fffe::101", func(t *testing.T, ip string) {
+		hitlessRollingUpdate(t, e, ip)
+	})
+}
+
+func hitlessRollingUpdate(t *testing.T, e *Env, ip string) {
 	dumpOnFailure(t, e, nil)
 	ctx := ctxT(t)
-	f := e.newLBFixture(t, "e2e-hl-rollout", "172.18.254.101")
+	f := e.newLBFixture(t, "e2e-hl-rollout"+familySuffix(ip), ip)
 	tr, mv := e.observe(t, f, f.owner)
 	ds := "daemonset/" + Release + "-speaker"
 	if out, err := e.kubectl(ctx, "", "rollout", "restart", ds, "-n", Namespace); err != nil {
@@ -415,10 +425,16 @@ func TestHitlessNodeKill(t *testing.T) {
 		t.Skip("these hosts cannot kill a node (the lab can)")
 	}
 	applyWalkthrough(t, e)
+	forEachFamily(t, e, "172.18.254.104", "fc00:f853:ccd:e793:fffe::104", func(t *testing.T, ip string) {
+		hitlessNodeKill(t, e, killer, ip)
+	})
+}
+
+func hitlessNodeKill(t *testing.T, e *Env, killer NodeKiller, ip string) {
 	var watch []string
 	dumpOnFailure(t, e, func() []string { return watch })
 	ctx := ctxT(t)
-	f := e.newLBFixture(t, "e2e-hl-nodekill", "172.18.254.104")
+	f := e.newLBFixture(t, "e2e-hl-nodekill"+familySuffix(ip), ip)
 	victim := f.owner
 	next := election.Winner(f.ip, without(f.workers, victim))
 	watch = []string{victim, next}
@@ -451,6 +467,24 @@ func TestHitlessNodeKill(t *testing.T) {
 	time.Sleep(settle)
 	requireHitless(t, victim+" restored", tr.stop(t), mv.stop(t))
 	e.checkAnnouncer(t, f, next)
+}
+
+// forEachFamily runs test as the subtests IPv4 (on ip4) and IPv6 (on ip6); IPv6 skips
+// on a cluster without IPv6 (LAB_IP_FAMILY=ipv4, an IPv4 kind cluster).
+func forEachFamily(t *testing.T, e *Env, ip4, ip6 string, test func(t *testing.T, ip string)) {
+	t.Run("IPv4", func(t *testing.T) { test(t, ip4) })
+	t.Run("IPv6", func(t *testing.T) {
+		e.requireIPv6(t)
+		test(t, ip6)
+	})
+}
+
+// familySuffix keeps the objects of the two families' subtests apart.
+func familySuffix(ip string) string {
+	if netip.MustParseAddr(ip).Is6() {
+		return "-v6"
+	}
+	return ""
 }
 
 // waitFailedOver waits until ServiceL2Status names next and mypc reaches the

@@ -33,6 +33,13 @@ func lbService(name, selector, ip string) *corev1.Service {
 	return svc
 }
 
+// singleStack makes svc a SingleStack Service of one family.
+func singleStack(svc *corev1.Service, family corev1.IPFamily) {
+	policy := corev1.IPFamilyPolicySingleStack
+	svc.Spec.IPFamilyPolicy = &policy
+	svc.Spec.IPFamilies = []corev1.IPFamily{family}
+}
+
 // create creates obj and deletes it when the test ends.
 func (e *Env) create(t testing.TB, obj client.Object) {
 	t.Helper()

@@ -131,24 +131,8 @@ func TestExcludeLBLabel(t *testing.T) {
 	}
 	e.waitNeighbour(t, ip, first, macs)
 
-	setLabel := func(on bool) {
-		t.Helper()
-		var n corev1.Node
-		if err := e.C.Get(context.Background(), client.ObjectKey{Name: first}, &n); err != nil {
-			t.Fatal(err)
-		}
-		patch := client.MergeFrom(n.DeepCopy())
-		if on {
-			n.Labels[excludeLBLabel] = ""
-		} else {
-			delete(n.Labels, excludeLBLabel)
-		}
-		if err := e.C.Patch(context.Background(), &n, patch); err != nil {
-			t.Fatal(err)
-		}
-	}
-	setLabel(true)
-	t.Cleanup(func() { setLabel(false) })
+	e.setExcludeLabel(t, first, true)
+	t.Cleanup(func() { e.setExcludeLabel(t, first, false) })
 	var second string
 	poll(t, 2*time.Minute, "e2e-exclude announced from a node other than the labelled "+first, func() (bool, string) {
 		nodes, err := e.announcers(context.Background(), "default", "e2e-exclude")
@@ -166,7 +150,7 @@ func TestExcludeLBLabel(t *testing.T) {
 	e.waitServing(t, ip)
 
 	mv := e.watchMoves(t, "default", "e2e-exclude", second)
-	setLabel(false)
+	e.setExcludeLabel(t, first, false)
 	time.Sleep(settle)
 	if mc := mv.stop(t); mc.StatusMoves != 0 || mc.EventMoves != 0 {
 		t.Errorf("removing the label from %s moved e2e-exclude (%s) again (target: no failback): %d ServiceL2Status moves, %d nodeAssigned moves (timeline logged above)", first, ip, mc.StatusMoves, mc.EventMoves)

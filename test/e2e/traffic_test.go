@@ -88,7 +88,7 @@ func (e *Env) startTraffic(t testing.TB, ip string) *traffic {
 		t.Skip("no e2e-probe on the client (E2E_PROBE)")
 	}
 	tr := &traffic{readyFile: newStopFile() + "-ready"}
-	tr.loop = e.runProbe("--url", "http://"+ip+"/", "--interval", "20ms", "--timeout", "1s",
+	tr.loop = e.runProbe("--url", serviceURL(ip), "--interval", "20ms", "--timeout", "1s",
 		"--keepalive", fmt.Sprint(keepAliveConns), "--keepalive-interval", "100ms", "--ready-file", tr.readyFile)
 	// A test that fails before stop leaves no probe running on the client.
 	t.Cleanup(func() { _ = tr.loop.end() }) // after stop: a no-op; before: the test has failed already
