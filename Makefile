@@ -135,7 +135,7 @@ test-e2e: image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Run th
 	go test -json -tags e2e ./test/e2e -count=1 -v -timeout 20m $(E2E_FLAGS) | $(TEST_SUMMARY) -v
 
 .PHONY: bench-failover
-bench-failover: image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Failover figures in the lab (root): hard kills (E2E_FAILOVER_KILLS=20) and graceful speaker restarts (E2E_GRACEFUL_RUNS=5) (docs/benchmarks-e2e.md).
+bench-failover: image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Failover figures in the lab (root): hard kills (E2E_FAILOVER_KILLS=20) and graceful speaker restarts (E2E_GRACEFUL_RUNS=5), IPv4 or E2E_FAILOVER_FAMILY=ipv6 (docs/benchmarks-e2e.md).
 	go test -tags e2e ./test/e2e -run '^$$' -bench 'Failover$$' -benchtime 1x -timeout 60m -v
 
 .PHONY: bench-failover-scale

@@ -33,6 +33,8 @@ import (
 //     speaker pod (SIGTERM, the DaemonSet recreates it) while mypc sends 20
 //     requests/s; the figure is the number of failed requests.
 //
+// E2E_FAILOVER_FAMILY=ipv6 runs both on an IPv6 Service IP (dual-stack lab).
+//
 // Run it with -benchtime 1x (one pass of all rounds):
 //
 //	sudo go test -tags e2e ./test/e2e -run '^$' -bench Failover -benchtime 1x -timeout 60m -v
@@ -49,12 +51,25 @@ func BenchmarkFailover(b *testing.B) {
 	}
 }
 
-// benchIP is the failover benchmark's service IP (a pool of its own).
-const benchIP = "172.18.254.120"
+// benchIP is the failover benchmark's service IP (a pool of its own): IPv4, or IPv6 with
+// E2E_FAILOVER_FAMILY=ipv6 (the client then resolves it by NDP).
+func benchIP(b *testing.B, e *Env) string {
+	switch f := os.Getenv("E2E_FAILOVER_FAMILY"); f {
+	case "", "ipv4":
+		return "172.18.254.120"
+	case "ipv6":
+		e.requireIPv6(b)
+		return "fc00:f853:ccd:e793:fffe::120"
+	default:
+		b.Fatalf("E2E_FAILOVER_FAMILY=%q: want ipv4 or ipv6", f)
+		return ""
+	}
+}
 
 func runFailoverBench(b *testing.B, e *Env, kills, gracefulRuns int) {
 	applyWalkthrough(b, e)
-	f := e.newLBFixture(b, "e2e-bench", benchIP)
+	ip := benchIP(b, e)
+	f := e.newLBFixture(b, "e2e-bench"+familySuffix(ip), ip)
 	killer := e.Hosts.(NodeKiller)
 	ctx := context.Background()
 	// currentOwner is the announcer once the previous round has settled (no
