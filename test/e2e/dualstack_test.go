@@ -13,8 +13,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ironlb/ironlb/api/v1beta1"
 	"github.com/ironlb/ironlb/test/e2e/probe"
 )
 
@@ -327,5 +330,65 @@ func (e *Env) setExcludeLabel(t testing.TB, node string, on bool) {
 	}
 	if err := e.C.Patch(context.Background(), &n, patch); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestIPv6PoolOverlapsClusterNetworks: pools inside the cluster's own IPv6 Service network
+// or a node's IPv6 pod network are refused by the webhook, naming pool, field, value and
+// the network (the envtest corpus, test/adversarial, covers the rest of the IPv6 cases on an
+// IPv4-only API server).
+func TestIPv6PoolOverlapsClusterNetworks(t *testing.T) {
+	e := requireEnv(t)
+	e.requireIPv6(t)
+	ctx := ctxT(t)
+	var svcNet, podNet netip.Prefix
+	var cidrs networkingv1.ServiceCIDRList
+	if err := e.C.List(ctx, &cidrs); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cidrs.Items {
+		for _, s := range c.Spec.CIDRs {
+			if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Is6() {
+				svcNet = p
+			}
+		}
+	}
+	var nodes corev1.NodeList
+	if err := e.C.List(ctx, &nodes); err != nil {
+		t.Fatal(err)
+	}
+	node := ""
+	for _, n := range nodes.Items {
+		for _, s := range n.Spec.PodCIDRs {
+			if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Is6() {
+				podNet, node = p, n.Name
+			}
+		}
+	}
+	if !svcNet.IsValid() || !podNet.IsValid() {
+		t.Fatalf("dual-stack cluster without an IPv6 Service network (%v) or IPv6 pod CIDR (%v)", svcNet, podNet)
+	}
+	for _, c := range []struct {
+		name, addr string
+		want       []string
+	}{
+		{"e2e-v6-svc-overlap", netip.PrefixFrom(svcNet.Addr(), 120).String(), []string{"Service network", svcNet.String()}},
+		{"e2e-v6-pod-overlap", podNet.String(), []string{fmt.Sprintf("pod network of node %q", node)}},
+	} {
+		pool := &v1beta1.IPAddressPool{
+			ObjectMeta: metav1.ObjectMeta{Name: c.name, Namespace: Namespace},
+			Spec:       v1beta1.IPAddressPoolSpec{Addresses: []string{c.addr}, AutoAssign: ptr(false)},
+		}
+		err := e.C.Create(ctx, pool)
+		if err == nil {
+			_ = e.C.Delete(context.Background(), pool)
+			t.Errorf("pool %s with %s (inside the cluster's networks) was accepted", c.name, c.addr)
+			continue
+		}
+		for _, want := range append([]string{fmt.Sprintf("IPAddressPool %q", c.name), "spec.addresses[0]", c.addr}, c.want...) {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("pool %s: error %q lacks %q", c.name, err, want)
+			}
+		}
 	}
 }
