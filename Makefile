@@ -162,6 +162,10 @@ bench-controller: ## Benchmark the controller on envtest: create->IP latency, 10
 demo: ## The walkthrough end to end in the lab (root; LAB_WORKERS, LAB_SERVICE_CIDR): make image, lab up, helm install, apply examples/walkthrough, curl from mypc. Leaves the lab up.
 	hack/demo.sh
 
+.PHONY: demo-dualstack
+demo-dualstack: ## The walkthrough, then examples/dualstack (IPv6 and dual-stack Services) with curl -6 from mypc, in the dual-stack lab (root). Leaves the lab up.
+	hack/demo-dualstack.sh
+
 ##@ Build
 
 .PHONY: build

@@ -12,35 +12,10 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-NS=metallb-system
-KUBECONFIG_PATH="$ROOT/.lab/kubeconfig"
-KUBECTL=("$ROOT/bin/kubectl" --kubeconfig "$KUBECONFIG_PATH")
-HELM=("$ROOT/bin/helm" --kubeconfig "$KUBECONFIG_PATH")
-LAB="$ROOT/bin/lab"
+DEMO=demo
 SERVICES=(svc1 svc2 svc3)
-
-step() { echo ">> $*"; }
-# fail prints what went wrong and what to do next, then exits.
-fail() {
-	echo "!! $1" >&2
-	shift
-	for hint in "$@"; do echo "   next: $hint" >&2; done
-	exit 1
-}
-trap 'rc=$?; [ $rc -eq 0 ] || echo "!! demo failed (exit $rc); the lab is left as it is: look around with the hints above, or start over with: make lab-down && make demo" >&2' EXIT
-
-# wait_for DESCRIPTION TIMEOUT_SECONDS COMMAND...: polls COMMAND every second until it succeeds.
-wait_for() {
-	local what=$1 timeout=$2 start=$SECONDS
-	shift 2
-	until "$@" >/dev/null 2>&1; do
-		if ((SECONDS - start >= timeout)); then
-			return 1
-		fi
-		sleep 1
-	done
-	step "$what ($((SECONDS - start)) s)"
-}
+# shellcheck source=hack/demo-lib.sh
+. "$ROOT/hack/demo-lib.sh"
 
 [ "$(id -u)" -eq 0 ] || fail "the lab needs root (it creates network namespaces)" "sudo make demo"
 
@@ -125,7 +100,6 @@ wait_for "every service announced (ServiceL2Status)" 120 announced ||
 
 # kube-proxy programs the nodes asynchronously after the Services appear: wait until each IP
 # answers once, as a user would after seeing the EXTERNAL-IP.
-answers() { "$LAB" exec mypc -- curl -s -m 1 -o /dev/null "http://$1/"; }
 for ip in "${IPS[@]}"; do
 	wait_for "$ip answers from mypc" 60 answers "$ip" ||
 		fail "$ip does not answer from mypc" "$LAB exec mypc -- ip neigh" "${KUBECTL[*]} get servicel2statuses -n $NS" \
@@ -159,18 +133,13 @@ echo "\$ kubectl get servicel2statuses -n $NS   (which node announces each servi
 
 # Tie it together: the MAC mypc learned for each IP, the node owning that MAC, and the node
 # ServiceL2Status names. They agree when exactly one node answers ARP for the IP.
-declare -A NODE_OF_MAC
-for node in $("${KUBECTL[@]}" get nodes -o jsonpath='{.items[*].metadata.name}'); do
-	mac=$("$LAB" exec "$node" -- cat /sys/class/net/eth0/address 2>/dev/null || true)
-	[ -n "$mac" ] && NODE_OF_MAC[$mac]=$node
-done
+node_of_mac
 echo
 printf '%-8s %-16s %-19s %-22s %s\n' SERVICE EXTERNAL-IP "MAC (mypc's ARP)" "NODE WITH THAT MAC" "ANNOUNCER (ServiceL2Status)"
 for i in "${!SERVICES[@]}"; do
 	s=${SERVICES[$i]} ip=${IPS[$i]}
-	mac=$("$LAB" exec mypc -- ip neigh show to "$ip" | grep -o 'lladdr [0-9a-f:]*' | cut -d' ' -f2 || true)
-	ann=$("${KUBECTL[@]}" get servicel2statuses -n "$NS" -l "metallb.io/service-name=$s,metallb.io/service-namespace=default" \
-		-o jsonpath='{.items[*].status.node}')
+	mac=$(neigh_mac "$ip")
+	ann=$(announcer "$s")
 	printf '%-8s %-16s %-19s %-22s %s\n' "$s" "$ip" "${mac:-?}" "${NODE_OF_MAC[${mac:-none}]:-?}" "${ann:-?}"
 done
 
