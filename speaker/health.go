@@ -301,15 +301,32 @@ const noInterface = "no on-link interface"
 // the data path cannot be judged, and memberlist's verdict stands: down once
 // the speaker is declared gone, as in MetalLB.
 func (h *health) probeOnce(ctx context.Context, targets []netip.Addr, gone bool) (ownership.Path, string, net.HardwareAddr, string) {
+	// Every target at once: a dual-stack node has an address per family, and
+	// asking them one after the other would make a dead node's round the sum
+	// of their timeouts (the lab's failover gap grew from 0.55 to 0.82 s).
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // once one answered, the other probes stop
+	type indexed struct {
+		i   int
+		res layer2.ProbeResult
+	}
+	ch := make(chan indexed, len(targets)) // buffered: no sender outlives the call
+	for i, a := range targets {
+		go func() { ch <- indexed{i, h.prober.Probe(ctx, a)} }()
+	}
+	results := make([]layer2.ProbeResult, len(targets))
+	for range targets {
+		r := <-ch
+		if r.res.Reachable {
+			return ownership.PathUp, r.res.Interface, r.res.MAC, "answered on " + targets[r.i].String()
+		}
+		results[r.i] = r.res
+	}
 	judged := false
 	reason := noInterface
-	for _, a := range targets {
-		res := h.prober.Probe(ctx, a)
-		if res.Reachable {
-			return ownership.PathUp, res.Interface, res.MAC, "answered on " + a.String()
-		}
+	for i, res := range results { // in target order, so the reason does not depend on timing
 		if res.Reason != layer2.ProbeNoInterface {
-			judged, reason = true, res.Reason+" on "+a.String()
+			judged, reason = true, res.Reason+" on "+targets[i].String()
 		}
 	}
 	switch {

@@ -1,6 +1,7 @@
 // Package lab_test is the lab's smoke test: it brings the lab up with bin/lab, checks that the
-// cluster does what the walkthrough needs (nodes, pods, ClusterIP and NodePort Services,
-// kube-proxy's chains) and that `lab down` leaves nothing behind.
+// cluster does what the walkthrough needs (nodes, pods, ClusterIP and NodePort Services of
+// both families, kube-proxy's chains in iptables and nftables mode) and that `lab down`
+// leaves nothing behind.
 package lab_test
 
 import (
@@ -46,25 +47,35 @@ func TestSmoke(t *testing.T) {
 			t.Skipf("the lab smoke test needs the node agent (%s is not in this checkout)", pkg)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
-	defer cancel()
-	if st, _ := l.ReadState(); st != nil && st.Ready && l.Healthy(ctx) == nil {
+	if st, _ := l.ReadState(); st != nil && st.Ready && l.Healthy(context.Background()) == nil {
 		t.Skip("a lab is running; the smoke test brings its own up and down: run `make lab-down` first")
 	}
 
 	labBin := filepath.Join(root, "bin", "lab")
 	run(t, root, "go", "build", "-o", labBin, "./test/lab/cmd/lab")
 
-	// LAB_PROXY_MODE=nftables runs the same test with kube-proxy in nftables mode.
-	mode := os.Getenv("LAB_PROXY_MODE")
-	if mode == "" {
-		mode = labctl.ProxyIptables
+	// Both kube-proxy modes, each a dual-stack lab of its own; LAB_PROXY_MODE=iptables or
+	// nftables runs one.
+	modes := []string{labctl.ProxyIptables, labctl.ProxyNftables}
+	if m := os.Getenv("LAB_PROXY_MODE"); m != "" {
+		modes = []string{m}
 	}
+	for _, mode := range modes {
+		if !t.Run(mode, func(t *testing.T) { smoke(t, root, l, labBin, mode) }) {
+			return // the failed lab was torn down; the next mode would only repeat the failure
+		}
+	}
+}
+
+// smoke brings a lab up with kube-proxy in mode, checks it and takes it down.
+func smoke(t *testing.T, root string, l *labctl.Lab, labBin, mode string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
 	start := time.Now()
 	upOut, upErr := command(root, labBin, "up", "--proxy-mode", mode)
 	t.Logf("lab up (%.1fs):\n%s", time.Since(start).Seconds(), upOut)
 
-	var client kubernetes.Interface
+	var client kubernetes.Interface // set once the lab is up, for the failure dump
 	down := func(keepLogs bool) {
 		args := []string{"down"}
 		if keepLogs {
@@ -94,7 +105,7 @@ func TestSmoke(t *testing.T) {
 	if upErr != nil {
 		t.Fatalf("lab up: %v", upErr)
 	}
-	client, err = l.Client()
+	client, err := l.Client()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,10 +176,12 @@ func TestSmoke(t *testing.T) {
 		return len(pods) == 2, strings.Join(states, "; ")
 	})
 
+	requireDualStack := corev1.IPFamilyPolicyRequireDualStack
 	svc := func(name string, typ corev1.ServiceType) *corev1.Service {
 		s, err := client.CoreV1().Services(smokeNS).Create(ctx, &corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: corev1.ServiceSpec{Type: typ, Selector: labels,
+			// Both families: the lab is dual-stack, so kube-proxy must program both.
+			Spec: corev1.ServiceSpec{Type: typ, Selector: labels, IPFamilyPolicy: &requireDualStack,
 				Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}},
 		}, metav1.CreateOptions{})
 		if err != nil {
@@ -194,18 +207,42 @@ func TestSmoke(t *testing.T) {
 		url := fmt.Sprintf("http://%s:%d/", worker.IP, nodePort.Spec.Ports[0].NodePort)
 		pollHostname(t, ctx, l, labnet.ClientName, url)
 	})
+	t.Run("IPv6", func(t *testing.T) {
+		if len(clusterIP.Spec.ClusterIPs) != 2 || len(pods[0].Status.PodIPs) != 2 {
+			t.Fatalf("not dual-stack: ClusterIPs %v, pod IPs %v", clusterIP.Spec.ClusterIPs, pods[0].Status.PodIPs)
+		}
+		ns := podNamespace(t, ctx, l, pods[0].Status.PodIP)
+		pollHostname(t, ctx, l, ns, fmt.Sprintf("http://[%s]/", clusterIP.Spec.ClusterIPs[1]))
+		worker, _ := topo.Host("myk8s-worker2")
+		pollHostname(t, ctx, l, labnet.ClientName, fmt.Sprintf("http://[%s]:%d/", worker.IP6, nodePort.Spec.Ports[0].NodePort))
+		// Pod to pod across nodes over IPv6 (the lab's direct routes).
+		pollHostname(t, ctx, l, ns, fmt.Sprintf("http://[%s]/", pods[1].Status.PodIPs[1].IP))
+	})
 	t.Run("KubeProxyRules", func(t *testing.T) {
 		// iptables: KUBE-SERVICES has a rule commented with the Service's name; nftables:
 		// the service-ips map has its ClusterIP.
-		list, want := labctl.KubeProxyRulesCommand(mode), smokeNS+"/lab-smoke-clusterip"
+		// Each family: ip6tables' KUBE-SERVICES and nftables' ip6 table for the IPv6 ClusterIP.
+		type check struct {
+			list []string
+			want string
+		}
+		checks := []check{
+			{labctl.KubeProxyRulesCommand(mode), smokeNS + "/lab-smoke-clusterip"},
+			{[]string{"ip6tables", "-w", "-t", "nat", "-S", "KUBE-SERVICES"}, clusterIP.Spec.ClusterIPs[len(clusterIP.Spec.ClusterIPs)-1] + "/128"},
+		}
 		if mode == labctl.ProxyNftables {
-			list, want = []string{"nft", "list", "map", "ip", "kube-proxy", "service-ips"}, clusterIP.Spec.ClusterIP+" "
+			checks = []check{
+				{[]string{"nft", "list", "map", "ip", "kube-proxy", "service-ips"}, clusterIP.Spec.ClusterIP + " "},
+				{[]string{"nft", "list", "map", "ip6", "kube-proxy", "service-ips"}, clusterIP.Spec.ClusterIPs[len(clusterIP.Spec.ClusterIPs)-1] + " "},
+			}
 		}
 		for _, n := range topo.Nodes() {
-			poll(t, ctx, 30*time.Second, fmt.Sprintf("kube-proxy rules for the smoke Service on %s", n.Name), func() (bool, string) {
-				out, err := command(root, "ip", append([]string{"netns", "exec", n.NS()}, list...)...)
-				return err == nil && strings.Contains(out, want), out
-			})
+			for _, c := range checks {
+				poll(t, ctx, 30*time.Second, fmt.Sprintf("kube-proxy rules for the smoke Service on %s (%s)", n.Name, strings.Join(c.list, " ")), func() (bool, string) {
+					out, err := command(root, "ip", append([]string{"netns", "exec", n.NS()}, c.list...)...)
+					return err == nil && strings.Contains(out, c.want), out
+				})
+			}
 		}
 	})
 	t.Run("SecondUpReportsRunningLab", func(t *testing.T) {

@@ -1,0 +1,66 @@
+package speaker
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/ironlb/ironlb/internal/layer2"
+	"github.com/ironlb/ironlb/internal/ownership"
+)
+
+// fakeProber answers from a table: an address maps to a result, or blocks until the
+// probe's context ends (a dead host whose probes time out).
+type fakeProber map[netip.Addr]*layer2.ProbeResult
+
+func (f fakeProber) Probe(ctx context.Context, a netip.Addr) layer2.ProbeResult {
+	if r := f[a]; r != nil {
+		r.Addr = a
+		return *r
+	}
+	<-ctx.Done()
+	return layer2.ProbeResult{Addr: a, Reason: layer2.ProbeCanceled}
+}
+
+// TestProbeOnceAsksEveryFamilyAtOnce: a dual-stack node is probed on all its addresses
+// at once, so an answer on the second address is not held up by the first one's
+// timeout, and the verdict's reason does not depend on which probe finished first.
+func TestProbeOnceAsksEveryFamilyAtOnce(t *testing.T) {
+	v4, v6 := netip.MustParseAddr("172.18.0.3"), netip.MustParseAddr("fc00:f853:ccd:e793::3")
+	mac := net.HardwareAddr{2, 0x42, 0xac, 0x12, 0, 3}
+	h := &health{log: logr.Discard(), prober: fakeProber{v6: {Reachable: true, Interface: "eth0", MAC: mac}}}
+	// The IPv4 probe never ends by itself: a sequential prober would wait here until
+	// the deadline and report the node unreachable.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, iface, gotMAC, reason := h.probeOnce(ctx, []netip.Addr{v4, v6}, false)
+	if p != ownership.PathUp || iface != "eth0" || gotMAC.String() != mac.String() || !strings.Contains(reason, v6.String()) {
+		t.Fatalf("probeOnce = %v %q %v %q, want up on eth0 with %v, answered on %v", p, iface, gotMAC, reason, mac, v6)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("probeOnce waited for the unanswered IPv4 probe")
+	}
+
+	h.prober = fakeProber{
+		v4: {Reason: layer2.ProbeNoAnswer},
+		v6: {Reason: layer2.ProbeNoInterface},
+	}
+	for range 20 {
+		p, _, _, reason = h.probeOnce(ctx, []netip.Addr{v4, v6}, false)
+		if p != ownership.PathDown || reason != layer2.ProbeNoAnswer+" on "+v4.String() {
+			t.Fatalf("probeOnce = %v %q, want down, %s on %s", p, reason, layer2.ProbeNoAnswer, v4)
+		}
+	}
+	h.prober = fakeProber{v4: {Reason: layer2.ProbeNoInterface}, v6: {Reason: layer2.ProbeNoInterface}}
+	if p, _, _, reason = h.probeOnce(ctx, []netip.Addr{v4, v6}, false); p != ownership.PathUnknown || reason != noInterface {
+		t.Errorf("no on-link target: %v %q, want unknown, %q", p, reason, noInterface)
+	}
+	if p, _, _, _ = h.probeOnce(ctx, []netip.Addr{v4, v6}, true); p != ownership.PathDown {
+		t.Errorf("no on-link target, memberlist says gone: %v, want down", p)
+	}
+}
