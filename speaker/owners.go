@@ -185,7 +185,7 @@ func (o *owners) updateKeyLocked(key string) []ownership.Change {
 	if o.ownerHeldLocked(key) {
 		o.proxyDirty = true
 	}
-	return o.eng.SetKey(key, o.sets.Intern(elig))
+	return o.eng.SetKey(key, o.sets.Intern(elig, nil))
 }
 
 func (o *owners) ownerHeldLocked(key string) bool {

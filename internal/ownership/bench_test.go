@@ -18,7 +18,7 @@ func scaleCluster(b *testing.B, nNodes, nKeys int, fb Failback) (*Engine, []stri
 	for _, n := range nodes {
 		e.SetSpeaker(n, SpeakerAlive, t0)
 	}
-	all := NewInterner().Intern(nodes)
+	all := NewInterner().Intern(nodes, nil)
 	// Claims as a running cluster would have them (hash-placed), learned
 	// before sync like a restarted speaker: placing 10,000 keys one by one
 	// is not what is measured here.
