@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -16,7 +18,7 @@ import (
 )
 
 // TestSpeakerConfigurationState: a speaker writes speaker-<node>, owned by
-// its Node and labelled as MetalLB labels it; an overlapping pool (no webhook
+// the DaemonSet that runs it and labelled as MetalLB labels it; an overlapping pool (no webhook
 // here) turns it Invalid naming the pool, removing the pool turns it back.
 func TestSpeakerConfigurationState(t *testing.T) {
 	if testing.Short() {
@@ -24,6 +26,21 @@ func TestSpeakerConfigurationState(t *testing.T) {
 	}
 	cfg, c, _ := startEnv(t)
 	nodes, _, _ := seed(t, c)
+	ctx := context.Background()
+	labels := map[string]string{"app": "speaker"}
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "ironlb-speaker"},
+		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: labels},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "speaker", Image: "ghcr.io/ironlb/ironlb"}}}}}}
+	create(t, c, ds)
+	var pod corev1.Pod
+	if err := c.Get(ctx, client.ObjectKey{Namespace: testNS, Name: "speaker-w1"}, &pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: ds.Name, UID: ds.UID, Controller: ptr(true)}}
+	if err := c.Update(ctx, &pod); err != nil {
+		t.Fatal(err)
+	}
 	stop, _ := runSpeaker(t, cfg, "w1", nodes["w1"], freeUDPTCPPort(t, nodes["w1"]))
 	defer stop()
 
@@ -32,7 +49,7 @@ func TestSpeakerConfigurationState(t *testing.T) {
 		t.Helper()
 		eventually(t, what, 60*time.Second, func() string {
 			var cs v1beta1.ConfigurationState
-			if err := c.Get(context.Background(), key, &cs); err != nil {
+			if err := c.Get(ctx, key, &cs); err != nil {
 				return err.Error()
 			}
 			cond := meta.FindStatusCondition(cs.Status.Conditions, configstate.ConditionConfigReconcilerValid)
@@ -43,10 +60,10 @@ func TestSpeakerConfigurationState(t *testing.T) {
 				cs.Status.Result, cs.Status.ErrorSummary, cs.Status.Conditions, cs.Labels, cs.OwnerReferences)
 		})
 	}
-	wait("speaker-w1 Valid, labelled, owned by Node w1", func(cs *v1beta1.ConfigurationState, cond *metav1.Condition) bool {
+	wait("speaker-w1 Valid, labelled, owned by the speaker DaemonSet", func(cs *v1beta1.ConfigurationState, cond *metav1.Condition) bool {
 		return cs.Status.Result == v1beta1.ConfigurationResultValid && cond.Reason == configstate.ReasonReconciled &&
 			cs.Labels[v1beta1.LabelComponentType] == configstate.ComponentSpeaker && cs.Labels[v1beta1.LabelNodeName] == "w1" &&
-			len(cs.OwnerReferences) == 1 && cs.OwnerReferences[0].Kind == "Node" && cs.OwnerReferences[0].Name == "w1"
+			len(cs.OwnerReferences) == 1 && cs.OwnerReferences[0].Kind == "DaemonSet" && cs.OwnerReferences[0].UID == ds.UID
 	})
 
 	overlap := &v1beta1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "overlap"},
@@ -57,7 +74,7 @@ func TestSpeakerConfigurationState(t *testing.T) {
 			cond.Reason == configstate.ReasonConfigurationError &&
 			strings.Contains(cs.Status.ErrorSummary, `IPAddressPool "overlap": spec.addresses[0]`)
 	})
-	if err := c.Delete(context.Background(), overlap); err != nil {
+	if err := c.Delete(ctx, overlap); err != nil {
 		t.Fatal(err)
 	}
 	wait("Valid again", func(cs *v1beta1.ConfigurationState, cond *metav1.Condition) bool {

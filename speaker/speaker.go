@@ -354,15 +354,7 @@ func Run(ctx context.Context, opts Options) error {
 	if err := sw.setup(mgr); err != nil {
 		return err
 	}
-	if err := (&configstate.Reporter{
-		Client:    mgr.GetClient(),
-		Namespace: opts.Namespace,
-		Name:      configstate.SpeakerName(opts.NodeName),
-		Labels:    configstate.SpeakerLabels(opts.NodeName),
-		Condition: configstate.ConditionConfigReconcilerValid,
-		Check:     r.configProblem,
-		Owner:     sw.ownerRef,
-	}).Setup(mgr); err != nil {
+	if err := setupConfigState(mgr, opts, r, sw); err != nil {
 		return err
 	}
 	// livenessKnown feeds (or waits for) the liveness of every node; called
