@@ -51,16 +51,16 @@ type CleanupOptions struct {
 // charts/ironlb/templates/cleanup-hook.yaml), not the controller's, so its
 // permissions are written there rather than as markers here, which would widen
 // the controller's role: services list/patch, services/status patch (cluster);
-// deployments get/patch, pods list, secrets delete, servicel2statuses list/delete
-// (install namespace).
+// deployments get/patch, pods list, secrets delete, servicel2statuses and
+// configurationstates list/delete (install namespace).
 
 // Cleanup undoes what ironlb did to the cluster, for an uninstall: it stops the
 // controller (Deployment scaled to 0, waiting until its pods are gone, so nothing
 // allocates again), releases the IPs of every Service the controller allocated
 // (status.loadBalancer.ingress cleared and the metallb.io/ip-allocated-from-pool
 // annotation removed, only on Services carrying that annotation and of our class),
-// then deletes the ServiceL2Status objects of the install namespace and the
-// memberlist and webhook certificate Secrets. Running it again does nothing more;
+// then deletes the ServiceL2Status and ConfigurationState objects of the install
+// namespace and the memberlist and webhook certificate Secrets. Running it again does nothing more;
 // objects already gone are skipped.
 func Cleanup(ctx context.Context, opts CleanupOptions) error {
 	if opts.Namespace == "" {
@@ -218,20 +218,12 @@ func (cl *cleaner) releaseServices(ctx context.Context) error {
 
 func (cl *cleaner) deleteObjects(ctx context.Context) error {
 	ns := cl.opts.Namespace
-	var sts v1beta1.ServiceL2StatusList
-	switch err := cl.c.List(ctx, &sts, client.InNamespace(ns)); {
-	case err == nil:
-		for i := range sts.Items {
-			if err := cl.c.Delete(ctx, &sts.Items[i]); err != nil && !apierrors.IsNotFound(err) {
-				return fmt.Errorf("deleting servicel2status %s/%s: %w", ns, sts.Items[i].Name, err)
-			}
-		}
-		cl.say("deleted %d servicel2statuses in namespace %s", len(sts.Items), ns)
-	case apierrors.IsNotFound(err) || isNoMatch(err):
-		// The CRD is gone already: so are its objects.
-		cl.say("no servicel2statuses resource, nothing to delete")
-	default:
-		return fmt.Errorf("listing servicel2statuses in namespace %s: %w", ns, err)
+	if err := cl.deleteAll(ctx, &v1beta1.ServiceL2StatusList{}, "servicel2statuses"); err != nil {
+		return err
+	}
+	// The speakers' are owned by their Nodes, which stay.
+	if err := cl.deleteAll(ctx, &v1beta1.ConfigurationStateList{}, "configurationstates"); err != nil {
+		return err
 	}
 	for _, name := range []string{cl.opts.MemberlistSecretName, cl.opts.WebhookSecretName} {
 		if name == "" {
@@ -247,6 +239,34 @@ func (cl *cleaner) deleteObjects(ctx context.Context) error {
 			return fmt.Errorf("deleting secret %s/%s: %w", ns, name, err)
 		}
 	}
+	return nil
+}
+
+// deleteAll deletes every object of list's kind in the install namespace;
+// a kind whose CRD is gone has no objects left.
+func (cl *cleaner) deleteAll(ctx context.Context, list client.ObjectList, resource string) error {
+	ns := cl.opts.Namespace
+	switch err := cl.c.List(ctx, list, client.InNamespace(ns)); {
+	case apierrors.IsNotFound(err) || isNoMatch(err):
+		cl.say("no %s resource, nothing to delete", resource)
+		return nil
+	case err != nil:
+		return fmt.Errorf("listing %s in namespace %s: %w", resource, ns, err)
+	}
+	items, err := meta.ExtractList(list)
+	if err != nil {
+		return fmt.Errorf("listing %s in namespace %s: %w", resource, ns, err)
+	}
+	for _, item := range items {
+		o, ok := item.(client.Object)
+		if !ok {
+			return fmt.Errorf("listing %s: unexpected item %T", resource, item)
+		}
+		if err := cl.c.Delete(ctx, o); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting %s %s/%s: %w", resource, ns, o.GetName(), err)
+		}
+	}
+	cl.say("deleted %d %s in namespace %s", len(items), resource, ns)
 	return nil
 }
 

@@ -55,6 +55,7 @@ func TestCleanup(t *testing.T) {
 
 	for _, ns := range []string{h.installNS, h.ns} {
 		h.create(&v1beta1.ServiceL2Status{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "l2-ours-abc"}})
+		h.create(&v1beta1.ConfigurationState{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "speaker-" + ns}})
 	}
 	for _, name := range []string{"ironlb-memberlist", "ironlb-webhook-cert", "unrelated"} {
 		h.create(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: h.installNS, Name: name}})
@@ -128,6 +129,13 @@ func TestCleanup(t *testing.T) {
 		}
 		if err := k8s.List(h.ctx, &l2, client.InNamespace(h.ns)); err != nil || len(l2.Items) != 1 {
 			t.Errorf("servicel2statuses outside the install namespace: %d, want 1 kept (%v)", len(l2.Items), err)
+		}
+		var states v1beta1.ConfigurationStateList
+		if err := k8s.List(h.ctx, &states, client.InNamespace(h.installNS)); err != nil || len(states.Items) != 0 {
+			t.Errorf("configurationstates left in %s: %d (%v)", h.installNS, len(states.Items), err)
+		}
+		if err := k8s.List(h.ctx, &states, client.InNamespace(h.ns)); err != nil || len(states.Items) != 1 {
+			t.Errorf("configurationstates outside the install namespace: %d, want 1 kept (%v)", len(states.Items), err)
 		}
 		for name, want := range map[string]bool{"ironlb-memberlist": false, "ironlb-webhook-cert": false, "unrelated": true} {
 			err := k8s.Get(h.ctx, client.ObjectKey{Namespace: h.installNS, Name: name}, &corev1.Secret{})

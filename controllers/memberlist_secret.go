@@ -6,11 +6,9 @@ import (
 	"fmt"
 
 	"github.com/go-logr/logr"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -73,18 +71,14 @@ func (m *memberlistSecret) ensure(ctx context.Context) error {
 	}
 	if m.deployment != "" {
 		// Owned by the controller Deployment: uninstalling ironlb removes it.
-		var dep appsv1.Deployment
-		switch err := m.reader.Get(ctx, client.ObjectKey{Namespace: m.namespace, Name: m.deployment}, &dep); {
-		case err == nil:
-			secret.OwnerReferences = []metav1.OwnerReference{{
-				APIVersion: "apps/v1", Kind: "Deployment", Name: dep.Name, UID: dep.UID,
-				BlockOwnerDeletion: ptr.To(false), Controller: ptr.To(false),
-			}}
-		case apierrors.IsNotFound(err):
+		switch owner, err := deploymentOwner(ctx, m.reader, m.namespace, m.deployment); {
+		case err != nil:
+			return err
+		case owner != nil:
+			secret.OwnerReferences = []metav1.OwnerReference{*owner}
+		default:
 			m.log.Info("controller deployment not found, creating the memberlist secret without an owner",
 				"deployment", m.deployment)
-		default:
-			return fmt.Errorf("reading deployment %s/%s: %w", m.namespace, m.deployment, err)
 		}
 	}
 	if err := m.client.Create(ctx, secret); err != nil {

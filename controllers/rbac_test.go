@@ -10,7 +10,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ironlb/ironlb/api/v1beta1"
 	"github.com/ironlb/ironlb/controllers"
+	"github.com/ironlb/ironlb/internal/configstate"
 )
 
 // The controller runs with exactly the RBAC the chart gives it (templates/rbac.yaml
@@ -71,5 +73,10 @@ func TestControllerWithChartRBAC(t *testing.T) {
 	h.pool("first-pool", "172.18.255.200-172.18.255.250")
 	h.create(h.service("svc", nil))
 	h.waitIPs("svc", "172.18.255.200")
+	h.eventually("the controller's ConfigurationState written", func() (bool, string) {
+		var cs v1beta1.ConfigurationState
+		err := k8s.Get(h.ctx, client.ObjectKey{Namespace: h.installNS, Name: configstate.ControllerName}, &cs)
+		return err == nil && cs.Status.Result == v1beta1.ConfigurationResultValid, fmt.Sprintf("%v %+v", err, cs.Status)
+	})
 	h.running()
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -33,6 +34,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/ironlb/ironlb/api/v1beta1"
+	"github.com/ironlb/ironlb/internal/configstate"
 	"github.com/ironlb/ironlb/internal/httpsec"
 )
 
@@ -188,6 +190,11 @@ func Run(ctx context.Context, opts Options) error {
 			ByObject: map[client.Object]cache.ByObject{
 				&v1beta1.IPAddressPool{}:   onlyInstallNS,
 				&v1beta1.L2Advertisement{}: onlyInstallNS,
+				// Only the controller's own ConfigurationState, not every speaker's.
+				&v1beta1.ConfigurationState{}: {
+					Namespaces: map[string]cache.Config{opts.Namespace: {}},
+					Field:      fields.OneTermEqualSelector("metadata.name", configstate.ControllerName),
+				},
 			},
 			DefaultTransform: cache.TransformStripManagedFields(),
 		},
@@ -210,6 +217,9 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	if err := (&poolStatusReconciler{client: mgr.GetClient(), state: st}).setup(mgr); err != nil {
 		return fmt.Errorf("setting up the pool status controller: %w", err)
+	}
+	if err := setupConfigState(mgr, st, opts); err != nil {
+		return fmt.Errorf("setting up the configuration state reporter: %w", err)
 	}
 	if err := mgr.Add(&memberlistSecret{
 		reader: mgr.GetAPIReader(), client: mgr.GetClient(), log: log.WithName("memberlist-secret"),

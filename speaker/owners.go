@@ -161,9 +161,12 @@ func (o *owners) SetService(svc string, in Input, ref *corev1.Service) {
 
 // updateKeyLocked gives the engine a key's eligible nodes: the nodes every
 // announceable Service of the key allows (they normally agree: sharing
-// requires it), or deactivates the key when none is announceable.
+// requires it), each with the lowest score those Services give it (equal
+// too: Services sharing an IP cannot be told apart by serviceSelectors), or
+// deactivates the key when none is announceable.
 func (o *owners) updateKeyLocked(key string) []ownership.Change {
 	var elig []string
+	var scores map[string]int64
 	n := 0
 	for svc := range o.byKey[key] {
 		e := o.services[svc]
@@ -171,9 +174,10 @@ func (o *owners) updateKeyLocked(key string) []ownership.Change {
 			continue
 		}
 		if n == 0 {
-			elig = e.in.Eligible
+			elig, scores = e.in.Eligible, e.in.Scores
 		} else {
 			elig = slices.DeleteFunc(slices.Clone(elig), func(x string) bool { return !slices.Contains(e.in.Eligible, x) })
+			scores = minScores(scores, e.in.Scores)
 		}
 		n++
 	}
@@ -185,7 +189,22 @@ func (o *owners) updateKeyLocked(key string) []ownership.Change {
 	if o.ownerHeldLocked(key) {
 		o.proxyDirty = true
 	}
-	return o.eng.SetKey(key, o.sets.Intern(elig))
+	return o.eng.SetKey(key, o.sets.Intern(elig, scores))
+}
+
+// minScores is the per-node minimum of two score maps (a missing node scores
+// 0), so the result does not depend on the order Services are visited in.
+func minScores(a, b map[string]int64) map[string]int64 {
+	if a == nil || b == nil {
+		return nil
+	}
+	out := map[string]int64{}
+	for n, sa := range a {
+		if sb := b[n]; sb != 0 {
+			out[n] = min(sa, sb)
+		}
+	}
+	return out
 }
 
 func (o *owners) ownerHeldLocked(key string) bool {

@@ -286,3 +286,32 @@ func TestNodeSetsSwept(t *testing.T) {
 		t.Fatalf("%d interned sets after the sweep, want only the one in use", n)
 	}
 }
+
+// TestPreferenceScoresReachEngine: a Service's preference scores decide where
+// its IP is placed, and Services sharing a key give each node the lowest of
+// their scores, whatever order they arrive in. A score that drops later does
+// not move the IP off a node that still serves it.
+func TestPreferenceScoresReachEngine(t *testing.T) {
+	for _, order := range [][]string{{"ns1/a", "ns1/b"}, {"ns1/b", "ns1/a"}} {
+		o, _ := testOwners(t, "w1", logr.Discard(), "w1", "w2", "w3")
+		ip := "172.18.255.214"
+		scores := map[string]map[string]int64{
+			"ns1/a": {"w2": 100, "w3": 50},
+			"ns1/b": {"w2": 40, "w3": 50},
+		}
+		for _, svc := range order {
+			in := input(ip, "w1", "w2", "w3")
+			in.Scores = scores[svc]
+			o.SetService(svc, in, lbService(ip))
+		}
+		elig := o.eng.Eligible(ip)
+		if elig.Score("w2") != 40 || elig.Score("w3") != 50 || elig.Score("w1") != 0 {
+			t.Fatalf("order %v: scores w1=%d w2=%d w3=%d, want 0 40 50", order, elig.Score("w1"), elig.Score("w2"), elig.Score("w3"))
+		}
+		// Placed by the first Service's scores (a: w2, b: w3), then sticky.
+		want := map[string]string{"ns1/a": "w2", "ns1/b": "w3"}[order[0]]
+		if own, _ := o.eng.Owner(ip); own != want {
+			t.Fatalf("order %v: owner %q, want %s", order, own, want)
+		}
+	}
+}

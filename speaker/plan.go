@@ -50,6 +50,9 @@ type Input struct {
 	Pool string
 	// Eligible nodes, sorted (liveness not considered).
 	Eligible []string
+	// Scores are the eligible nodes' non-zero preference scores
+	// (election.Score); nil without preferredNodeSelectors.
+	Scores map[string]int64
 	// Self: this node is eligible; then AllInterfaces, or else Interfaces,
 	// is where it answers (its advertisements for the Service).
 	Self          bool
@@ -98,7 +101,7 @@ func Inputs(s Snapshot, svc *corev1.Service, eps []*discoveryv1.EndpointSlice) I
 		EndpointSlices:  eps,
 		IgnoreExcludeLB: s.IgnoreExcludeLB,
 	})
-	in := Input{IPs: ips, Pool: pool, Eligible: res.Nodes, Reason: res.Reason}
+	in := Input{IPs: ips, Pool: pool, Eligible: res.Nodes, Scores: res.Scores, Reason: res.Reason}
 	if res.Reason == "" && slices.Contains(res.Nodes, s.Self) {
 		in.Self, in.AllInterfaces, in.Interfaces = election.NodeInterfaces(res, s.Nodes[s.Self])
 	}

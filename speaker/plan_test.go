@@ -103,6 +103,21 @@ func TestInputs(t *testing.T) {
 		}
 	})
 
+	t.Run("preferredNodeSelectors become scores, parsed from the CRs", func(t *testing.T) {
+		prefAd := l2ad("ad1", []string{"p1"}, nil, nil)
+		prefAd.Spec.PreferredNodeSelectors = []v1beta1.PreferredNodeSelector{
+			{Weight: 80, Preference: metav1.LabelSelector{MatchLabels: map[string]string{"zone": "b"}}},
+		}
+		s := snap("w1")
+		s.Config = mustParse(t, []v1beta1.IPAddressPool{pool("p1", "172.18.255.200-172.18.255.250", "fc00:f853:ccd:e799::/124")}, []v1beta1.L2Advertisement{prefAd})
+		if in := Inputs(s, dual, eps); !reflect.DeepEqual(in.Scores, map[string]int64{"w2": 80}) {
+			t.Fatalf("scores %v, want w2: 80", in.Scores)
+		}
+		if in := Inputs(snap("w1"), dual, eps); in.Scores != nil {
+			t.Fatalf("scores %v without preferences", in.Scores)
+		}
+	})
+
 	cases := []struct {
 		name   string
 		svc    *corev1.Service

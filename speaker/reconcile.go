@@ -32,10 +32,11 @@ const (
 // cfgState is the last parsed configuration, re-parsed only when a pool or
 // advertisement changed.
 type cfgState struct {
-	mu       sync.Mutex
-	key      string
-	cfg      *config.Config
-	cfgError string
+	mu  sync.Mutex
+	key string
+	cfg *config.Config
+	// problem is why the last parse failed; nil when it succeeded.
+	problem error
 }
 
 // serviceReconciler turns each Service (with its EndpointSlices, the Nodes
@@ -141,6 +142,18 @@ func (r *serviceReconciler) config(ctx context.Context) (*config.Config, error) 
 	return r.cfg.load(r.log, b.String(), pools.Items, ads.Items), nil
 }
 
+// configProblem is the speaker's verdict for its ConfigurationState: why the
+// current pools and advertisements do not parse (nil: they do); err when
+// they cannot be read.
+func (r *serviceReconciler) configProblem(ctx context.Context) (problem, err error) {
+	if _, err := r.config(ctx); err != nil {
+		return nil, err
+	}
+	r.cfg.mu.Lock()
+	defer r.cfg.mu.Unlock()
+	return r.cfg.problem, nil
+}
+
 // load parses pools and advertisements whose versions are key, unless key
 // was parsed last time, and returns the configuration in effect. A failed
 // parse counts as an update error and, while an older configuration stays in
@@ -161,13 +174,13 @@ func (s *cfgState) load(log logr.Logger, key string, pools []v1beta1.IPAddressPo
 		if s.cfg != nil {
 			k8smetrics.ConfigStale.Set(1)
 		}
-		if msg := err.Error(); msg != s.cfgError {
+		if s.problem == nil || err.Error() != s.problem.Error() {
 			log.Error(err, "invalid configuration; keeping the last valid one", "haveValid", s.cfg != nil)
-			s.cfgError = msg
 		}
+		s.problem = err
 		return s.cfg
 	}
-	s.cfgError = ""
+	s.problem = nil
 	s.cfg = cfg
 	k8smetrics.ConfigLoaded.Set(1)
 	k8smetrics.ConfigStale.Set(0)

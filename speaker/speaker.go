@@ -26,6 +26,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -46,6 +47,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ironlb/ironlb/api/v1beta1"
+	"github.com/ironlb/ironlb/internal/configstate"
 	"github.com/ironlb/ironlb/internal/election"
 	"github.com/ironlb/ironlb/internal/httpsec"
 	"github.com/ironlb/ironlb/internal/layer2"
@@ -60,6 +62,8 @@ import (
 // +kubebuilder:rbac:groups=metallb.io,namespace=metallb-system,resources=ipaddresspools;l2advertisements,verbs=get;list;watch
 // +kubebuilder:rbac:groups=metallb.io,namespace=metallb-system,resources=servicel2statuses,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=metallb.io,namespace=metallb-system,resources=servicel2statuses/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=metallb.io,namespace=metallb-system,resources=configurationstates,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=metallb.io,namespace=metallb-system,resources=configurationstates/status,verbs=get;update;patch
 
 // Protocol is the protocol label value and the word in nodeAssigned events.
 const Protocol = "layer2"
@@ -205,6 +209,9 @@ func Run(ctx context.Context, opts Options) error {
 		&v1beta1.L2Advertisement{}: {Namespaces: nsOnly},
 		&v1beta1.ServiceL2Status{}: {Namespaces: nsOnly},
 		&corev1.Pod{}:              {Namespaces: nsOnly, Label: podSelector},
+		// Only this node's own ConfigurationState: N speakers watching N
+		// objects each would be N² events.
+		&v1beta1.ConfigurationState{}: {Namespaces: nsOnly, Field: fields.OneTermEqualSelector("metadata.name", configstate.SpeakerName(opts.NodeName))},
 	}}
 	metricsOpts := metricsserver.Options{BindAddress: opts.MetricsBindAddress, SecureServing: opts.MetricsSecure, TLSOpts: httpsec.TLSOpts(opts.EnableHTTP2)}
 	if opts.MetricsBindAddress == "" {
@@ -345,6 +352,9 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	if err := sw.setup(mgr); err != nil {
+		return err
+	}
+	if err := setupConfigState(mgr, opts, r, sw); err != nil {
 		return err
 	}
 	// livenessKnown feeds (or waits for) the liveness of every node; called

@@ -53,6 +53,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&IPAddressPool{}, &IPAddressPoolList{},
 		&L2Advertisement{}, &L2AdvertisementList{},
 		&ServiceL2Status{}, &ServiceL2StatusList{},
+		&ConfigurationState{}, &ConfigurationStateList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

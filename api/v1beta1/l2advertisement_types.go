@@ -53,6 +53,32 @@ type L2AdvertisementSpec struct {
 	// Empty means every Service of the pools.
 	// +optional
 	ServiceSelectors []metav1.LabelSelector `json:"serviceSelectors,omitempty"`
+
+	// PreferredNodeSelectors are soft preferences among the nodes that may
+	// announce (those nodeSelectors allow): a node's score is the sum of the
+	// weights of the preferences it matches, over every advertisement that
+	// applies to the Service and selects the node. A new address goes to a
+	// node of the highest score that can take it, falling back to lower
+	// scores when none can. ironlb keeps an address on its current node
+	// while that node can carry the traffic, even when a node with a higher
+	// score returns, unless the speakers run with --failback=immediate.
+	// +optional
+	PreferredNodeSelectors []PreferredNodeSelector `json:"preferredNodeSelectors,omitempty"`
+}
+
+// PreferredNodeSelector is one weighted preference, shaped like a Pod's
+// preferredDuringSchedulingIgnoredDuringExecution term.
+type PreferredNodeSelector struct {
+	// Weight added to the score of the nodes the preference matches, 1-100.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +required
+	Weight int32 `json:"weight"`
+
+	// Preference selects the nodes, by label, that receive the weight. An
+	// empty selector matches every node the advertisement selects.
+	// +required
+	Preference metav1.LabelSelector `json:"preference"`
 }
 
 // L2AdvertisementStatus is empty; it exists for compatibility with MetalLB.

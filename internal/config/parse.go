@@ -271,6 +271,7 @@ func parseL2Advertisement(src *v1beta1.L2Advertisement, poolLabels map[string]la
 
 	ad.NodeSelectors = parseSelectors(e, "spec.nodeSelectors", src.Spec.NodeSelectors)
 	ad.ServiceSelectors = parseSelectors(e, "spec.serviceSelectors", src.Spec.ServiceSelectors)
+	ad.PreferredNodes = parsePreferredNodes(e, src.Spec.PreferredNodeSelectors)
 
 	seenIf := sets.New[string]()
 	for i, name := range src.Spec.Interfaces {
@@ -288,6 +289,38 @@ func parseL2Advertisement(src *v1beta1.L2Advertisement, poolLabels map[string]la
 		return nil, e.list
 	}
 	return ad, nil
+}
+
+// Bounds of a preference's weight, as for a Pod's preferred scheduling term.
+const (
+	minPreferenceWeight = 1
+	maxPreferenceWeight = 100
+)
+
+// parsePreferredNodes checks each preference's weight (the CRD enforces the
+// range too, but a CRD from before the field, or the webhook run without the
+// API server's validation, would not) and selector. Repeated preferences are
+// allowed: their weights add up, as MetalLB sums them.
+func parsePreferredNodes(e *errs, in []v1beta1.PreferredNodeSelector) []PreferredNodes {
+	var out []PreferredNodes
+	for i := range in {
+		path := fmt.Sprintf("spec.preferredNodeSelectors[%d]", i)
+		p := &in[i]
+		ok := true
+		if p.Weight < minPreferenceWeight || p.Weight > maxPreferenceWeight {
+			e.add(path+".weight", "weight %d is out of range: want %d to %d", p.Weight, minPreferenceWeight, maxPreferenceWeight)
+			ok = false
+		}
+		sel, err := parseSelector(&p.Preference)
+		if err != nil {
+			e.add(path+".preference", "invalid preference %s: %w", selectorText(&p.Preference), err)
+			ok = false
+		}
+		if ok {
+			out = append(out, PreferredNodes{Weight: int64(p.Weight), Selector: sel})
+		}
+	}
+	return out
 }
 
 // validInterfaceName applies the kernel's rule for network device names, so a name

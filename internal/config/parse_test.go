@@ -186,6 +186,33 @@ func TestParseL2Advertisements(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
+// TestParsePreferredNodes keeps every preference in spec order, repeated ones
+// included (their weights add up when nodes are scored).
+func TestParsePreferredNodes(t *testing.T) {
+	cfg, err := Parse([]v1beta1.IPAddressPool{pool("p", "10.0.0.0/24")}, []v1beta1.L2Advertisement{
+		ad("none", v1beta1.L2AdvertisementSpec{}),
+		ad("prefs", v1beta1.L2AdvertisementSpec{PreferredNodeSelectors: []v1beta1.PreferredNodeSelector{
+			{Weight: 100, Preference: sel("zone", "a")},
+			{Weight: 1, Preference: metav1.LabelSelector{}},
+			{Weight: 30, Preference: sel("zone", "a")},
+		}}),
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := cfg.L2Advertisements[0].PreferredNodes; cfg.L2Advertisements[0].Name != "none" || p != nil {
+		t.Errorf("advertisement without preferences: %v", p)
+	}
+	got := cfg.L2Advertisements[1].PreferredNodes
+	if len(got) != 3 || got[0].Weight != 100 || got[1].Weight != 1 || got[2].Weight != 30 {
+		t.Fatalf("preferences = %+v", got)
+	}
+	zoneA := labels.Set{"zone": "a"}
+	if !got[0].Selector.Matches(zoneA) || got[0].Selector.Matches(labels.Set{"zone": "b"}) || !got[1].Selector.Matches(labels.Set{}) {
+		t.Errorf("selectors = %v, %v", got[0].Selector, got[1].Selector)
+	}
+}
+
 // TestParseErrors checks that every problem is reported, each naming the object,
 // the field and the value.
 func TestParseErrors(t *testing.T) {
@@ -281,6 +308,12 @@ func TestParseErrors(t *testing.T) {
 				}),
 				ad("a", v1beta1.L2AdvertisementSpec{}),
 				ad("", v1beta1.L2AdvertisementSpec{}),
+				ad("prefs", v1beta1.L2AdvertisementSpec{PreferredNodeSelectors: []v1beta1.PreferredNodeSelector{
+					{Weight: 0, Preference: sel("zone", "a")},
+					{Weight: 101, Preference: sel("zone", "b")},
+					{Weight: 50, Preference: badExpr},
+					{Weight: 100, Preference: sel("zone", "c")},
+				}}),
 			},
 			want: []string{
 				`L2Advertisement "a": spec.ipAddressPools[1]: duplicate definition of ipAddressPools "p"`,
@@ -292,6 +325,9 @@ func TestParseErrors(t *testing.T) {
 				`L2Advertisement "a": spec.interfaces[2]: invalid interface name "eth0:1"`,
 				`L2Advertisement "a": metadata.name: duplicate definition of L2Advertisement "a"`,
 				`L2Advertisement "": metadata.name: missing L2Advertisement name`,
+				`L2Advertisement "prefs": spec.preferredNodeSelectors[0].weight: weight 0 is out of range: want 1 to 100`,
+				`L2Advertisement "prefs": spec.preferredNodeSelectors[1].weight: weight 101 is out of range: want 1 to 100`,
+				`L2Advertisement "prefs": spec.preferredNodeSelectors[2].preference: invalid preference {"matchExpressions":[{"key":"k","operator":"Maybe","values":["v"]}]}: "Maybe" is not a valid label selector operator`,
 			},
 		},
 	}

@@ -67,4 +67,14 @@ type L2Advertisement struct {
 	Interfaces []string
 	// ServiceSelectors are ORed; empty means every Service of the pools.
 	ServiceSelectors []labels.Selector
+	// PreferredNodes are soft preferences among the nodes NodeSelectors
+	// allow, in spec order; nil when none.
+	PreferredNodes []PreferredNodes
+}
+
+// PreferredNodes is a parsed spec.preferredNodeSelectors entry: nodes the
+// selector matches score Weight (1-100) more.
+type PreferredNodes struct {
+	Weight   int64
+	Selector labels.Selector
 }

@@ -6,8 +6,10 @@
 // MetalLB's: a node qualifies if an advertisement of the IP's pool selects it,
 // it is usable, and (externalTrafficPolicy Local) it hosts a ready endpoint.
 // Which qualifying node announces, and when that changes, is
-// internal/ownership's job; Winner and Rank give MetalLB's hash order, which
-// ownership uses to re-place the IPs of a failed node.
+// internal/ownership's job, preferring the nodes of the highest Score
+// (preferredNodeSelectors); Winner and Rank give MetalLB's hash order
+// without preferences, which ownership uses to re-place the IPs of a failed
+// node.
 package election
 
 import (
@@ -80,6 +82,9 @@ type Result struct {
 	// Advertisements are those that apply to the Service (pool and
 	// serviceSelectors); the announcing node takes its interfaces from them.
 	Advertisements []*config.L2Advertisement
+	// Scores are the preference scores of Nodes (Score); only non-zero
+	// ones, nil when no advertisement has preferredNodeSelectors.
+	Scores map[string]int64
 }
 
 // Eligible returns the nodes the configuration allows to announce
@@ -106,6 +111,7 @@ func Eligible(in Input) Result {
 		local = NodesWithServingEndpoint(in.EndpointSlices)
 	}
 	var nodes []string
+	var scores map[string]int64
 	for name, node := range in.Nodes {
 		if node == nil || !Usable(node, in.IgnoreExcludeLB) {
 			continue
@@ -117,12 +123,38 @@ func Eligible(in Input) Result {
 			continue
 		}
 		nodes = append(nodes, name)
+		if sc := Score(ads, node); sc != 0 {
+			if scores == nil {
+				scores = map[string]int64{}
+			}
+			scores[name] = sc
+		}
 	}
 	if len(nodes) == 0 {
 		return Result{Reason: ReasonNoCandidates, Advertisements: ads}
 	}
 	slices.Sort(nodes)
-	return Result{Nodes: nodes, Advertisements: ads}
+	return Result{Nodes: nodes, Advertisements: ads, Scores: scores}
+}
+
+// Score is node's preference score for a Service whose applicable
+// advertisements are ads: the weights of the preferredNodeSelectors node
+// matches, summed within each advertisement and across them. An
+// advertisement counts only for the nodes its own nodeSelectors allow, so it
+// never lifts a node that only another advertisement makes eligible.
+func Score(ads []*config.L2Advertisement, node *corev1.Node) int64 {
+	var sum int64
+	for _, ad := range ads {
+		if len(ad.PreferredNodes) == 0 || !SelectsNode(ad, node) {
+			continue
+		}
+		for _, p := range ad.PreferredNodes {
+			if p.Selector.Matches(labels.Set(node.Labels)) {
+				sum += p.Weight
+			}
+		}
+	}
+	return sum
 }
 
 // NodeInterfaces returns where node announces the Service when it owns it:

@@ -417,3 +417,75 @@ func bruteTie(ip string, ns []string) bool {
 	}
 	return false
 }
+
+// TestScores: preference weights add up within an advertisement and across
+// the advertisements that apply to the Service, and an advertisement scores
+// only the nodes its own nodeSelectors allow.
+func TestScores(t *testing.T) {
+	pref := func(a *config.L2Advertisement, w int64, s string) *config.L2Advertisement {
+		a.PreferredNodes = append(a.PreferredNodes, config.PreferredNodes{Weight: w, Selector: sel(t, s)})
+		return a
+	}
+	ns := nodes(
+		node("x", map[string]string{"role": "lb", "zone": "primary", "gpu": "true"}, false),
+		node("y", map[string]string{"role": "lb", "zone": "primary"}, false),
+		node("z", map[string]string{"role": "lb"}, false),
+		node("e", map[string]string{"role": "gpu", "zone": "primary"}, false),
+		node("c", map[string]string{"role": "edge", "zone": "primary"}, false),
+	)
+	ready := []*discoveryv1.EndpointSlice{slice(ep{node: "x", ready: ptr(true)})}
+	web := svc(corev1.ServiceExternalTrafficPolicyCluster, map[string]string{"app": "web"}, nil)
+	tests := []struct {
+		name string
+		ads  []*config.L2Advertisement
+		want map[string]int64
+	}{
+		{
+			name: "no preferences: nil scores",
+			ads:  []*config.L2Advertisement{ad("all", []string{"p"}, nil, nil, nil)},
+		},
+		{
+			name: "summed across advertisements",
+			ads: []*config.L2Advertisement{
+				pref(ad("ad1", []string{"p"}, []labels.Selector{sel(t, "role=lb")}, nil, nil), 70, "zone=primary"),
+				pref(ad("ad2", []string{"p"}, []labels.Selector{sel(t, "role=lb")}, nil, nil), 30, "gpu=true"),
+			},
+			want: map[string]int64{"x": 100, "y": 70},
+		},
+		{
+			name: "summed within one advertisement, empty preference matches its nodes",
+			ads: []*config.L2Advertisement{
+				pref(pref(pref(ad("ad", []string{"p"}, nil, nil, nil), 60, "zone=primary"), 50, "gpu=true"), 1, ""),
+			},
+			want: map[string]int64{"x": 111, "y": 61, "z": 1, "e": 61, "c": 61},
+		},
+		{
+			name: "an advertisement does not lift nodes outside its nodeSelectors",
+			ads: []*config.L2Advertisement{
+				ad("ad1", []string{"p"}, []labels.Selector{sel(t, "role=lb")}, nil, nil),
+				ad("ad2", []string{"p"}, []labels.Selector{sel(t, "role=edge")}, nil, nil),
+				pref(ad("ad3", []string{"p"}, []labels.Selector{sel(t, "role=gpu")}, nil, nil), 100, "zone=primary"),
+			},
+			want: map[string]int64{"e": 100},
+		},
+		{
+			name: "advertisements of other pools or Services do not count",
+			ads: []*config.L2Advertisement{
+				ad("all", []string{"p"}, nil, nil, nil),
+				pref(ad("other-pool", []string{"q"}, nil, nil, nil), 100, "zone=primary"),
+				pref(ad("other-svc", []string{"p"}, nil, nil, []labels.Selector{sel(t, "app=db")}), 100, "zone=primary"),
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res := Eligible(Input{Service: web, Pool: "p", Advertisements: tc.ads, Nodes: ns, EndpointSlices: ready})
+			if res.Reason != "" {
+				t.Fatalf("reason %q", res.Reason)
+			}
+			if !reflect.DeepEqual(res.Scores, tc.want) {
+				t.Errorf("scores = %v, want %v", res.Scores, tc.want)
+			}
+		})
+	}
+}

@@ -7,8 +7,9 @@ import (
 )
 
 // scaleCluster is a synced engine with nKeys keys placed over nNodes nodes,
-// every key eligible on every node.
-func scaleCluster(b *testing.B, nNodes, nKeys int, fb Failback) (*Engine, []string) {
+// every key eligible on every node; with prefer, the even-numbered half of
+// the nodes scores 100 (preferredNodeSelectors).
+func scaleCluster(b *testing.B, nNodes, nKeys int, fb Failback, prefer bool) (*Engine, []string) {
 	b.Helper()
 	nodes := make([]string, nNodes)
 	for i := range nodes {
@@ -18,7 +19,14 @@ func scaleCluster(b *testing.B, nNodes, nKeys int, fb Failback) (*Engine, []stri
 	for _, n := range nodes {
 		e.SetSpeaker(n, SpeakerAlive, t0)
 	}
-	all := NewInterner().Intern(nodes)
+	var scores map[string]int64
+	if prefer {
+		scores = map[string]int64{}
+		for i := 0; i < nNodes; i += 2 {
+			scores[nodes[i]] = 100
+		}
+	}
+	all := NewInterner().Intern(nodes, scores)
 	// Claims as a running cluster would have them (hash-placed), learned
 	// before sync like a restarted speaker: placing 10,000 keys one by one
 	// is not what is measured here.
@@ -39,9 +47,16 @@ func scaleCluster(b *testing.B, nNodes, nKeys int, fb Failback) (*Engine, []stri
 // keys re-placed) plus its return (no failback), so 3 events.
 func BenchmarkMembershipEvent(b *testing.B) {
 	for _, fb := range []Failback{FailbackNever, FailbackImmediate} {
-		for _, sz := range []struct{ nodes, keys int }{{4, 3}, {100, 10000}, {1000, 10000}} {
-			b.Run(fmt.Sprintf("failback=%s/nodes=%d/keys=%d", fb, sz.nodes, sz.keys), func(b *testing.B) {
-				e, nodes := scaleCluster(b, sz.nodes, sz.keys, fb)
+		for _, sz := range []struct {
+			nodes, keys int
+			prefer      bool
+		}{{4, 3, false}, {100, 10000, false}, {1000, 10000, false}, {1000, 10000, true}} {
+			name := fmt.Sprintf("failback=%s/nodes=%d/keys=%d", fb, sz.nodes, sz.keys)
+			if sz.prefer {
+				name += "/preferred=half"
+			}
+			b.Run(name, func(b *testing.B) {
+				e, nodes := scaleCluster(b, sz.nodes, sz.keys, fb, sz.prefer)
 				now := t0
 				moved := 0
 				b.ResetTimer()
@@ -62,7 +77,7 @@ func BenchmarkMembershipEvent(b *testing.B) {
 // BenchmarkFullRecompute is what the incremental paths avoid: deciding
 // every key again (what the first-wave speaker did on every event).
 func BenchmarkFullRecompute(b *testing.B) {
-	e, _ := scaleCluster(b, 1000, 10000, FailbackImmediate)
+	e, _ := scaleCluster(b, 1000, 10000, FailbackImmediate, false)
 	b.ResetTimer()
 	for range b.N {
 		e.decideAll()

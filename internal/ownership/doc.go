@@ -24,9 +24,12 @@
 //     behalf meanwhile.
 //   - Keys without a serving owner are placed: a new key on the least-loaded
 //     eligible node, a key whose owner failed on the hash winner (smallest
-//     sha256(node#key)) among the eligible live nodes. A node that returns
-//     takes nothing back unless Failback is Immediate, which keeps MetalLB's
-//     rule (the hash winner always owns).
+//     sha256(node#key)) among the eligible live nodes. Both choose among the
+//     nodes of the highest preference score first (NodeSet.Score, from
+//     preferredNodeSelectors), falling back to lower scores when none of
+//     those can take the key. A node that returns takes nothing back unless
+//     Failback is Immediate, which keeps MetalLB's rule (the winner, highest
+//     score then hash, always owns).
 //
 // The Engine is pure: no goroutines, no clock, no I/O. Every input (keys and
 // their eligible nodes, speaker liveness, data-path verdicts, merged claims,

@@ -289,16 +289,16 @@ func (e *Engine) nodeBecamePlaceable(name string) []Change {
 	if e.opts.Failback != FailbackImmediate || !e.synced {
 		return changes
 	}
-	// The hash winner owns every key in this mode, so the newcomer changes
-	// a key only if it beats the current owner: two hashes per key, not a
-	// full election.
+	// The winner (highest score, then hash) owns every key in this mode, so
+	// the newcomer changes a key only if it beats the current owner: one
+	// comparison per key, not a full election.
 	var win []string
 	for k, elig := range e.keys {
 		c, ok := e.claims[k]
 		if !ok || !elig.Has(name) || c.Owner == name {
 			continue
 		}
-		if hashLess(name, c.Owner, k) {
+		if better(elig, name, c.Owner, k) {
 			win = append(win, k)
 		}
 	}
@@ -482,29 +482,40 @@ func (e *Engine) candidates(elig *NodeSet, fn func(string)) {
 	}
 }
 
-// winner is the hash winner among the placeable eligible nodes plus extra
-// (the current owner, which may be held rather than placeable); "" if none.
+// winner is the hash winner among the placeable eligible nodes of the
+// highest score, plus extra (the current owner, which may be held rather
+// than placeable); "" if none. Without preferences every score is 0 and this
+// is MetalLB's hash rule.
 func (e *Engine) winner(key string, elig *NodeSet, extra string) string {
 	best := extra
 	e.candidates(elig, func(n string) {
-		if best == "" || hashLess(n, best, key) {
+		if best == "" || better(elig, n, best, key) {
 			best = n
 		}
 	})
 	return best
 }
 
-// leastLoaded is the placeable eligible node owning the fewest active keys;
-// ties go to the hash order.
+// leastLoaded is the placeable eligible node of the highest score owning the
+// fewest active keys; ties go to the hash order.
 func (e *Engine) leastLoaded(key string, elig *NodeSet) string {
-	best, bestLoad := "", 0
+	best, bestScore, bestLoad := "", int64(0), 0
 	e.candidates(elig, func(n string) {
-		l := len(e.owned[n])
-		if best == "" || l < bestLoad || (l == bestLoad && hashLess(n, best, key)) {
-			best, bestLoad = n, l
+		sc, l := elig.Score(n), len(e.owned[n])
+		if best == "" || sc > bestScore || (sc == bestScore && (l < bestLoad || (l == bestLoad && hashLess(n, best, key)))) {
+			best, bestScore, bestLoad = n, sc, l
 		}
 	})
 	return best
+}
+
+// better orders nodes for key: the higher preference score first, then the
+// hash order.
+func better(elig *NodeSet, a, b, key string) bool {
+	if sa, sb := elig.Score(a), elig.Score(b); sa != sb {
+		return sa > sb
+	}
+	return hashLess(a, b, key)
 }
 
 // hashLess orders nodes for key by Hash, then by name.

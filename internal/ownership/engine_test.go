@@ -19,7 +19,7 @@ func cluster(t testing.TB, self string, opts Options, nodes ...string) (*Engine,
 		e.SetSpeaker(n, SpeakerAlive, t0)
 	}
 	e.SetSynced(t0)
-	return e, NewInterner().Intern(nodes)
+	return e, NewInterner().Intern(nodes, nil)
 }
 
 func owner(t testing.TB, e *Engine, key string) string {
@@ -130,8 +130,8 @@ func TestDecisions(t *testing.T) {
 			hold: hold,
 			act: func(e *Engine, _ *NodeSet) []Change {
 				in := NewInterner()
-				c := e.SetKey(key, in.Intern(without(nodes, first)))
-				return append(c, e.SetKey(key, in.Intern(nodes))...)
+				c := e.SetKey(key, in.Intern(without(nodes, first), nil))
+				return append(c, e.SetKey(key, in.Intern(nodes, nil))...)
 			},
 			wantOwner:  second,
 			wantReason: ReasonOwnerIneligible,
@@ -212,7 +212,7 @@ func TestNewKeysGoToTheLeastLoaded(t *testing.T) {
 func TestNoCandidatesThenPlaced(t *testing.T) {
 	e, _ := cluster(t, "a", Options{Hold: time.Minute}, "a", "b")
 	in := NewInterner()
-	e.SetKey("k", in.Intern([]string{"c"}))
+	e.SetKey("k", in.Intern([]string{"c"}, nil))
 	if o, _ := e.Owner("k"); o != "" {
 		t.Fatalf("owner %q with no live eligible node", o)
 	}
@@ -228,7 +228,7 @@ func TestNoCandidatesThenPlaced(t *testing.T) {
 func TestNoDecisionBeforeSynced(t *testing.T) {
 	e := New(Options{Self: "a", Hold: time.Minute})
 	e.SetSpeaker("a", SpeakerAlive, t0)
-	all := NewInterner().Intern([]string{"a", "b"})
+	all := NewInterner().Intern([]string{"a", "b"}, nil)
 	if c := e.SetKey("k", all); c != nil {
 		t.Fatalf("decided before synced: %v", c)
 	}
@@ -281,5 +281,81 @@ func TestDeletedKeyKeepsOwnerForAWhile(t *testing.T) {
 	e.Tick(t0.Add(inactiveTTL))
 	if _, ok := e.Claim("k"); ok {
 		t.Errorf("claim of a key deleted %s ago is still kept", inactiveTTL)
+	}
+}
+
+// TestPreferences: keys go to the nodes of the highest preference score that
+// can take them (least-loaded, or hash winner, within that tier), fall back to
+// lower scores, and stay where they are when a preferred node returns unless
+// failback is immediate.
+func TestPreferences(t *testing.T) {
+	keys := []string{"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5", "10.0.0.6"}
+	for _, fb := range []Failback{FailbackNever, FailbackImmediate} {
+		t.Run(string(fb), func(t *testing.T) {
+			e, _ := cluster(t, "a", Options{Failback: fb, Hold: time.Minute}, "a", "b", "p1", "p2")
+			pref := NewInterner().Intern([]string{"a", "b", "p1", "p2"}, map[string]int64{"p1": 100, "p2": 100, "b": 30})
+			for _, k := range keys {
+				e.SetKey(k, pref)
+			}
+			load := map[string]int{}
+			for _, k := range keys {
+				load[owner(t, e, k)]++
+			}
+			if fb == FailbackNever && (load["p1"] != 3 || load["p2"] != 3) {
+				t.Fatalf("new keys spread %v, want 3 each on p1 and p2 (least-loaded within the top tier)", load)
+			}
+			if load["p1"]+load["p2"] != len(keys) {
+				t.Fatalf("keys placed outside the top tier: %v", load)
+			}
+
+			// p1 fails: its keys go to p2, the other node of the top tier.
+			for _, c := range e.SetPath("p1", PathDown) {
+				if c.To != "p2" || c.Reason != ReasonOwnerDown {
+					t.Errorf("p1 down: %+v, want p2 (ownerDataPathDown)", c)
+				}
+			}
+			// p2 fails too: the next tier (b, score 30), not the hash order.
+			for _, c := range e.SetPath("p2", PathDown) {
+				if c.To != "b" {
+					t.Errorf("p2 down: %+v, want b (next tier)", c)
+				}
+			}
+			if got := e.Owned("b"); len(got) != len(keys) {
+				t.Fatalf("b owns %v, want every key", got)
+			}
+			// p1 returns.
+			changes := e.SetPath("p1", PathUp)
+			if fb == FailbackNever {
+				if len(changes) != 0 {
+					t.Fatalf("a returning preferred node took keys without failback: %v", changes)
+				}
+				return
+			}
+			if len(changes) != len(keys) {
+				t.Fatalf("failback=immediate: %v, want every key back on p1 (alone in the top tier)", changes)
+			}
+			for _, c := range changes {
+				if c.To != "p1" || c.Reason != ReasonFailback {
+					t.Errorf("failback: %+v", c)
+				}
+			}
+		})
+	}
+}
+
+// TestInternScores: sets differing only by scores are distinct; equal
+// contents share one set, whatever the order and zero scores given.
+func TestInternScores(t *testing.T) {
+	in := NewInterner()
+	plain := in.Intern([]string{"a", "b"}, nil)
+	if in.Intern([]string{"b", "a"}, map[string]int64{"a": 0, "x": 5}) != plain {
+		t.Error("zero scores and scores of absent nodes made a new set")
+	}
+	scored := in.Intern([]string{"a", "b"}, map[string]int64{"b": 7})
+	if scored == plain || scored.Score("b") != 7 || scored.Score("a") != 0 || plain.Score("b") != 0 {
+		t.Errorf("scored set: %p vs %p, scores %d %d", scored, plain, scored.Score("a"), scored.Score("b"))
+	}
+	if in.Intern([]string{"a", "b"}, map[string]int64{"b": 7}) != scored || in.Len() != 2 {
+		t.Errorf("equal scored sets not shared: %d sets", in.Len())
 	}
 }

@@ -2,18 +2,22 @@ package ownership
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 )
 
 // NodeSet is an immutable set of node names: the nodes eligible to own a key
 // by the configuration (advertisements, node labels and conditions, local
-// endpoints), before liveness. Most Services of a cluster share one set, so
-// sets are interned (Intern) and compared by pointer: 10,000 keys over 1,000
-// nodes cost one set, not ten million entries.
+// endpoints), before liveness, each with its preference score (the summed
+// weights of the L2Advertisements' preferredNodeSelectors it matches; 0 for
+// most). Most Services of a cluster share one set, so sets are interned
+// (Intern) and compared by pointer: 10,000 keys over 1,000 nodes cost one
+// set, not ten million entries.
 type NodeSet struct {
-	names []string // sorted, unique
-	index map[string]struct{}
+	names  []string // sorted, unique
+	index  map[string]struct{}
+	scores map[string]int64 // non-zero scores only; nil when none
 }
 
 // Has reports whether node is in the set. A nil set is empty.
@@ -31,6 +35,15 @@ func (s *NodeSet) Len() int {
 		return 0
 	}
 	return len(s.names)
+}
+
+// Score is node's preference score: placement tries the nodes of the highest
+// score first. 0 for a node without preference or not in the set.
+func (s *NodeSet) Score(node string) int64 {
+	if s == nil {
+		return 0
+	}
+	return s.scores[node]
 }
 
 // Names returns the sorted names; the caller must not modify them.
@@ -52,22 +65,37 @@ type Interner struct {
 func NewInterner() *Interner { return &Interner{sets: map[string]*NodeSet{}} }
 
 // Intern returns the shared set holding names (any order, duplicates
-// allowed). names is not retained.
-func (in *Interner) Intern(names []string) *NodeSet {
+// allowed) with their scores (nil: all 0; scores of nodes not in names are
+// ignored). Neither argument is retained.
+func (in *Interner) Intern(names []string, scores map[string]int64) *NodeSet {
 	sorted := slices.Clone(names)
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)
-	id := strings.Join(sorted, "\x00")
+	var id strings.Builder
+	for _, n := range sorted {
+		id.WriteString(n)
+		if sc := scores[n]; sc != 0 {
+			// "\x01" cannot occur in a node name, so the id stays unambiguous.
+			id.WriteString("\x01" + strconv.FormatInt(sc, 10))
+		}
+		id.WriteByte(0)
+	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if s := in.sets[id]; s != nil {
+	if s := in.sets[id.String()]; s != nil {
 		return s
 	}
 	s := &NodeSet{names: sorted, index: make(map[string]struct{}, len(sorted))}
 	for _, n := range sorted {
 		s.index[n] = struct{}{}
+		if sc := scores[n]; sc != 0 {
+			if s.scores == nil {
+				s.scores = map[string]int64{}
+			}
+			s.scores[n] = sc
+		}
 	}
-	in.sets[id] = s
+	in.sets[id.String()] = s
 	return s
 }
 

@@ -25,7 +25,7 @@ func newWorld(seed uint64, nNodes, nKeys int) *world {
 		w.keys = append(w.keys, fmt.Sprintf("10.0.%d.%d", i/250, i%250))
 	}
 	in := NewInterner()
-	w.sets = []*NodeSet{in.Intern(w.nodes)} // most keys: every node
+	w.sets = []*NodeSet{in.Intern(w.nodes, nil)} // most keys: every node
 	for range 3 {
 		var sub []string
 		for _, n := range w.nodes {
@@ -33,7 +33,20 @@ func newWorld(seed uint64, nNodes, nKeys int) *world {
 				sub = append(sub, n)
 			}
 		}
-		w.sets = append(w.sets, in.Intern(sub))
+		w.sets = append(w.sets, in.Intern(sub, nil))
+	}
+	// Preferences: every node, or a subset, with a few score tiers (0, 1-100
+	// and sums of two weights), as preferredNodeSelectors produce.
+	for i := range 3 {
+		scores := map[string]int64{}
+		var sub []string
+		for _, n := range w.nodes {
+			if i == 0 || w.rng.IntN(3) > 0 {
+				sub = append(sub, n)
+			}
+			scores[n] = []int64{0, 0, 30, 100, 130}[w.rng.IntN(5)]
+		}
+		w.sets = append(w.sets, in.Intern(sub, scores))
 	}
 	return w
 }
@@ -47,7 +60,10 @@ func (w *world) set() *NodeSet {
 
 // event is one input applied to an engine.
 type event struct {
-	desc  string
+	desc string
+	// item is the key or node the event changes ("" for Tick): events on
+	// distinct items commute.
+	item  string
 	apply func(e *Engine, now time.Time) []Change
 }
 
@@ -57,20 +73,20 @@ func (w *world) event(now time.Time) event {
 	switch w.rng.IntN(7) {
 	case 0, 1:
 		set := w.set()
-		return event{fmt.Sprintf("SetKey(%s, %v)", key, set.Names()), func(e *Engine, _ time.Time) []Change { return e.SetKey(key, set) }}
+		return event{fmt.Sprintf("SetKey(%s, %v %v)", key, set.Names(), set.scores), key, func(e *Engine, _ time.Time) []Change { return e.SetKey(key, set) }}
 	case 2:
-		return event{"DeleteKey(" + key + ")", func(e *Engine, _ time.Time) []Change { e.DeleteKey(key); return nil }}
+		return event{"DeleteKey(" + key + ")", key, func(e *Engine, _ time.Time) []Change { e.DeleteKey(key); return nil }}
 	case 3:
 		s := Speaker(w.rng.IntN(3))
-		return event{fmt.Sprintf("SetSpeaker(%s, %s)", node, s), func(e *Engine, now time.Time) []Change { return e.SetSpeaker(node, s, now) }}
+		return event{fmt.Sprintf("SetSpeaker(%s, %s)", node, s), node, func(e *Engine, now time.Time) []Change { return e.SetSpeaker(node, s, now) }}
 	case 4:
 		p := Path(w.rng.IntN(3))
-		return event{fmt.Sprintf("SetPath(%s, %s)", node, p), func(e *Engine, _ time.Time) []Change { return e.SetPath(node, p) }}
+		return event{fmt.Sprintf("SetPath(%s, %s)", node, p), node, func(e *Engine, _ time.Time) []Change { return e.SetPath(node, p) }}
 	case 5:
 		c := Claim{Key: key, Owner: node, Epoch: uint64(w.rng.IntN(6))}
-		return event{fmt.Sprintf("Merge(%+v)", c), func(e *Engine, _ time.Time) []Change { return e.Merge([]Claim{c}) }}
+		return event{fmt.Sprintf("Merge(%+v)", c), key, func(e *Engine, _ time.Time) []Change { return e.Merge([]Claim{c}) }}
 	default:
-		return event{"Tick", func(e *Engine, now time.Time) []Change { return e.Tick(now) }}
+		return event{"Tick", "", func(e *Engine, now time.Time) []Change { return e.Tick(now) }}
 	}
 }
 
@@ -94,10 +110,16 @@ func TestIncrementalEqualsFullRecompute(t *testing.T) {
 					}
 					ev := w.event(now)
 					trail = append(trail, ev.desc)
-					ev.apply(e, now)
+					// Expire holds first, so that the event's own decisions
+					// see the placeability checkTopTier checks them against.
+					if e.Synced() {
+						checkTopTier(t, e, e.Tick(now), trail)
+					}
+					changes := ev.apply(e, now)
 					if !e.Synced() {
 						continue
 					}
+					checkTopTier(t, e, changes, trail)
 					if c := e.decideAll(); len(c) != 0 {
 						t.Fatalf("failback=%s hold=%s seed=%d: after\n  %s\na full recomputation changes %v",
 							fb, hold, seed, lastN(trail, 12), c)
@@ -137,6 +159,25 @@ func checkValid(t *testing.T, e *Engine) {
 	}
 }
 
+// checkTopTier: every key the rule placed went to a node of the highest
+// preference score among those that could take it (learned claims are a
+// peer's decision, checked on that peer).
+func checkTopTier(t *testing.T, e *Engine, changes []Change, trail []string) {
+	t.Helper()
+	for _, c := range changes {
+		if c.Reason == ReasonLearned {
+			continue
+		}
+		elig := e.keys[c.Key]
+		top := int64(-1)
+		e.candidates(elig, func(n string) { top = max(top, elig.Score(n)) })
+		if got := elig.Score(c.To); got != top {
+			t.Fatalf("after\n  %s\n%+v gave the key to a node of score %d, but a placeable node scores %d (%v)",
+				lastN(trail, 12), c, got, top, elig.scores)
+		}
+	}
+}
+
 // TestSpeakersAgree: speakers that receive the same inputs in different
 // orders, then gossip their claims, end with identical replicas, whatever
 // the order.
@@ -151,12 +192,12 @@ func TestSpeakersAgree(t *testing.T) {
 			// A common past: all members, every key placed, converged.
 			base := []event{}
 			for _, n := range w.nodes {
-				base = append(base, event{"alive " + n, func(e *Engine, now time.Time) []Change { return e.SetSpeaker(n, SpeakerAlive, now) }})
+				base = append(base, event{"alive " + n, n, func(e *Engine, now time.Time) []Change { return e.SetSpeaker(n, SpeakerAlive, now) }})
 			}
-			base = append(base, event{"sync", func(e *Engine, now time.Time) []Change { return e.SetSynced(now) }})
+			base = append(base, event{"sync", "", func(e *Engine, now time.Time) []Change { return e.SetSynced(now) }})
 			for _, k := range w.keys {
 				set := w.set()
-				base = append(base, event{"key " + k, func(e *Engine, _ time.Time) []Change { return e.SetKey(k, set) }})
+				base = append(base, event{"key " + k, k, func(e *Engine, _ time.Time) []Change { return e.SetKey(k, set) }})
 			}
 			for _, e := range engines {
 				for _, ev := range base {
@@ -170,7 +211,7 @@ func TestSpeakersAgree(t *testing.T) {
 			for range 1 + w.rng.IntN(8) {
 				batch = append(batch, w.event(t0))
 			}
-			batch = distinctItems(w, batch)
+			batch = distinctItems(batch)
 			for _, e := range engines {
 				order := w.rng.Perm(len(batch))
 				for _, i := range order {
@@ -191,32 +232,17 @@ func TestSpeakersAgree(t *testing.T) {
 
 // distinctItems keeps one event per key or node, so the final inputs do not
 // depend on the order of delivery.
-func distinctItems(w *world, evs []event) []event {
+func distinctItems(evs []event) []event {
 	seen := map[string]bool{}
 	var out []event
 	for _, ev := range evs {
-		item := ""
-		for _, s := range append(slices.Clone(w.keys), w.nodes...) {
-			if containsWord(ev.desc, s) {
-				item = s
-			}
-		}
-		if item == "" || seen[item] {
+		if ev.item == "" || seen[ev.item] {
 			continue
 		}
-		seen[item] = true
+		seen[ev.item] = true
 		out = append(out, ev)
 	}
 	return out
-}
-
-func containsWord(s, w string) bool {
-	for i := 0; i+len(w) <= len(s); i++ {
-		if s[i:i+len(w)] == w && (i+len(w) == len(s) || s[i+len(w)] == ',' || s[i+len(w)] == ')' || s[i+len(w)] == ' ') {
-			return true
-		}
-	}
-	return false
 }
 
 // gossip exchanges full replicas between every pair until nothing changes
@@ -240,6 +266,9 @@ func gossip(t *testing.T, engines []*Engine) {
 		if !changed {
 			return
 		}
+	}
+	for _, e := range engines {
+		t.Logf("%s: %v", e.opts.Self, e.Claims())
 	}
 	t.Fatalf("gossip did not settle in 20 rounds")
 }

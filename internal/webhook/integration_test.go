@@ -2,6 +2,7 @@ package webhook_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -291,6 +292,26 @@ func TestWebhooks(t *testing.T) {
 		bad := metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "zone", Operator: "Near"}}}
 		mustReject(t, "invalid node selector", c.Create(ctx, l2(installNS, "badsel", v1beta1.L2AdvertisementSpec{NodeSelectors: []metav1.LabelSelector{bad}})),
 			`L2Advertisement "badsel": spec.nodeSelectors[0]: invalid nodeSelectors`, `"Near" is not a valid label selector operator`)
+		mustReject(t, "invalid preference selector", c.Create(ctx, l2(installNS, "badpref", v1beta1.L2AdvertisementSpec{
+			PreferredNodeSelectors: []v1beta1.PreferredNodeSelector{{Weight: 50, Preference: bad}}})),
+			`L2Advertisement "badpref": spec.preferredNodeSelectors[0].preference: invalid preference`, `"Near" is not a valid label selector operator`)
+		for _, w := range []int32{0, 101} {
+			mustReject(t, fmt.Sprintf("preference weight %d", w), c.Create(ctx, l2(installNS, "weight", v1beta1.L2AdvertisementSpec{
+				PreferredNodeSelectors: []v1beta1.PreferredNodeSelector{{Weight: w, Preference: metav1.LabelSelector{}}}})),
+				"spec.preferredNodeSelectors[0].weight")
+		}
+		// MetalLB's own example (design/preferred-node-l2.md shape): weights
+		// summed, an empty preference allowed.
+		prefer := l2(installNS, "prefer-edge", v1beta1.L2AdvertisementSpec{
+			IPAddressPools: []string{"my-ippool"},
+			NodeSelectors:  []metav1.LabelSelector{{MatchLabels: map[string]string{"role": "lb"}}},
+			PreferredNodeSelectors: []v1beta1.PreferredNodeSelector{
+				{Weight: 100, Preference: metav1.LabelSelector{MatchLabels: map[string]string{"node-role": "edge"}}},
+				{Weight: 1, Preference: metav1.LabelSelector{}},
+			}})
+		if err := c.Create(ctx, prefer); err != nil {
+			t.Errorf("an advertisement with preferredNodeSelectors must be accepted: %v", err)
+		}
 		// A pool that does not exist yet is fine, as in MetalLB.
 		if err := c.Create(ctx, l2(installNS, "future", v1beta1.L2AdvertisementSpec{IPAddressPools: []string{"not-yet"}})); err != nil {
 			t.Errorf("an advertisement naming a missing pool must be accepted: %v", err)
@@ -329,6 +350,9 @@ func TestWebhooks(t *testing.T) {
 			"l2advertisements.metallb.io": {
 				{"IPAddressPools", ".spec.ipAddressPools", 0}, {"IPAddressPool Selectors", ".spec.ipAddressPoolSelectors", 0},
 				{"Interfaces", ".spec.interfaces", 0}, {"Node Selectors", ".spec.nodeSelectors", 10},
+			},
+			"configurationstates.metallb.io": {
+				{"Result", ".status.result", 0}, {"ErrorSummary", ".status.errorSummary", 0}, {"Age", ".metadata.creationTimestamp", 0},
 			},
 			"servicel2statuses.metallb.io": {
 				{"Allocated Node", ".status.node", 0}, {"Service Name", ".status.serviceName", 0}, {"Service Namespace", ".status.serviceNamespace", 0},
