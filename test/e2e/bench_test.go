@@ -142,7 +142,7 @@ func runFailoverBench(b *testing.B, e *Env, kills, gracefulRuns int) {
 		failedGraceful += s.Failed
 		totalGraceful += s.Total
 		perRun = append(perRun, fmt.Sprint(s.Failed))
-		fmt.Fprintf(os.Stderr, "graceful %d: deleted %s on %s: %d of %d requests failed (%.1f req/s)\n", i+1, pod, victim, s.Failed, s.Total, s.Rate)
+		fmt.Fprintf(os.Stderr, "graceful %d: deleted %s on %s: %d of %d requests failed (%.1f req/s)%s\n", i+1, pod, victim, s.Failed, s.Total, s.Rate, failures(recs, at))
 	}
 
 	if len(gaps) > 0 {
@@ -164,6 +164,18 @@ func runFailoverBench(b *testing.B, e *Env, kills, gracefulRuns int) {
 		b.ReportMetric(float64(totalGraceful), "graceful-requests")
 		fmt.Fprintf(os.Stderr, "graceful (speaker pod deleted) %d runs: %d of %d requests failed (per run: %s)\n", len(perRun), failedGraceful, totalGraceful, strings.Join(perRun, " "))
 	}
+}
+
+// failures lists when each failed request was sent, relative to at, and why: what a
+// graceful round must explain if it loses anything.
+func failures(recs []probe.Record, at time.Time) string {
+	var b strings.Builder
+	for _, r := range recs {
+		if !r.OK {
+			fmt.Fprintf(&b, "\n    failed: sent %+v after the delete: %s", r.Sent.Sub(at).Round(time.Millisecond), r.Err)
+		}
+	}
+	return b.String()
 }
 
 // settledOwner waits until one node announces the fixture's IP, mypc's
