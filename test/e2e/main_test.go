@@ -35,7 +35,7 @@ import (
 //	E2E_CLIENT      docker: the client container (default mypc)
 //	E2E_INSTALL     0: do not helm upgrade --install the chart (it is installed)
 //	E2E_KEEP_LAB    1: leave the lab the suite brought up running
-//	LAB_WORKERS, LAB_SERVICE_CIDR, LAB_IP_FAMILY  the lab the suite brings up
+//	LAB_WORKERS, LAB_SERVICE_CIDR, LAB_IP_FAMILY, LAB_PROXY_MODE  the lab the suite brings up
 //	                (default 3 workers, 10.200.1.0/24, dual), as for make lab-up
 //	E2E_PROBE       path of e2e-probe (./test/e2e/cmd/e2e-probe) on the client;
 //	                lab: built by the suite; docker: unset means curl loops
@@ -137,7 +137,7 @@ func setup(ctx context.Context) (*Env, func(), string, error) {
 		st, _ := lab.ReadState()
 		wasUp := st != nil && st.Ready && lab.Healthy(ctx) == nil
 		start := time.Now()
-		if err := lab.Up(ctx, labctl.UpOptions{Workers: getenvInt("LAB_WORKERS", 3), ServiceCIDR: os.Getenv("LAB_SERVICE_CIDR"), IPFamily: os.Getenv("LAB_IP_FAMILY")}); err != nil {
+		if err := lab.Up(ctx, labctl.UpOptions{Workers: getenvInt("LAB_WORKERS", 3), ServiceCIDR: os.Getenv("LAB_SERVICE_CIDR"), IPFamily: os.Getenv("LAB_IP_FAMILY"), ProxyMode: os.Getenv("LAB_PROXY_MODE")}); err != nil {
 			return nil, nil, "", fmt.Errorf("lab up: %w", err)
 		}
 		fmt.Fprintf(os.Stderr, "e2e: lab up in %.1fs\n", time.Since(start).Seconds())
