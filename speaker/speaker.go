@@ -541,18 +541,9 @@ func nodeChanged() predicate.Predicate {
 			if !ok1 || !ok2 {
 				return true
 			}
-			return !labels.Equals(o.Labels, n.Labels) || networkUnavailable(o) != networkUnavailable(n)
+			return !labels.Equals(o.Labels, n.Labels) || election.NetworkUnavailable(o) != election.NetworkUnavailable(n)
 		},
 	}
-}
-
-func networkUnavailable(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeNetworkUnavailable {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // readyNodes is liveness without memberlist: a node whose Ready condition is
