@@ -165,8 +165,9 @@ demo: ## The walkthrough end to end in the lab (root; LAB_WORKERS, LAB_SERVICE_C
 ##@ Build
 
 .PHONY: build
-build: ## Build the ironlb binary into ./bin.
+build: ## Build the ironlb binary and the kubectl plugin (kubectl-ironlb: `kubectl ironlb status`) into ./bin.
 	go build -ldflags "$(GO_LDFLAGS)" -o $(LOCALBIN)/ironlb ./cmd/ironlb
+	go build -ldflags "$(GO_LDFLAGS)" -o $(LOCALBIN)/kubectl-ironlb ./cmd/kubectl-ironlb
 
 .PHONY: version
 version: ## Print the version (the chart's appVersion).

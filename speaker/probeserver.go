@@ -8,11 +8,13 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/ironlb/ironlb/internal/statusview"
 )
 
 // probeServer is the speaker's health server: /healthz and /readyz as the
 // manager's own health probe server serves them (the kubelet probes them),
-// plus StatusPath. The speaker runs it instead of the manager's, which
+// plus statusview.Path. The speaker runs it instead of the manager's, which
 // serves nothing but the probes.
 func probeServer(addr string, ready healthz.Checker, status http.Handler) (*manager.Server, error) {
 	ln, err := net.Listen("tcp", addr)
@@ -27,7 +29,7 @@ func probeServer(addr string, ready healthz.Checker, status http.Handler) (*mana
 		mux.Handle(path, http.StripPrefix(path, h))
 		mux.Handle(path+"/", http.StripPrefix(path, h)) // /readyz/can-announce
 	}
-	mux.Handle(StatusPath, status)
+	mux.Handle(statusview.Path, status)
 	return &manager.Server{
 		Name:            "health probe",
 		Server:          &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},

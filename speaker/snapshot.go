@@ -22,11 +22,6 @@ import (
 // status` (in memory only, lost on restart: the log has them all).
 const changeHistory = 50
 
-// StatusPath serves the speaker's snapshot (statusview.Snapshot as JSON) on
-// its health server, to loopback clients only: `ironlb status --local`,
-// which `kubectl ironlb status` runs in every speaker Pod.
-const StatusPath = "/status"
-
 // recordChangeLocked keeps ch in the bounded history.
 func (o *owners) recordChangeLocked(now time.Time, ch ownership.Change) {
 	c := statusview.Change{Time: now, Key: ch.Key, Services: o.servicesOfLocked(ch.Key), From: ch.From, To: ch.To,
@@ -182,7 +177,7 @@ func (s *statusSource) service(sv serviceView, have []string, excluded map[strin
 	return out
 }
 
-// ServeHTTP serves GET StatusPath?service=ns/name&ip=addr to loopback
+// ServeHTTP serves GET statusview.Path?service=ns/name&ip=addr to loopback
 // clients: the snapshot names Services, IPs and nodes, which the health
 // server's other endpoints do not, so a health server bound to every
 // address (--health-probe-host "") does not hand it to the network.

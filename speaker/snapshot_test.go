@@ -177,7 +177,7 @@ func TestStatusHTTP(t *testing.T) {
 	o.SetService("ns1/web", input("172.18.255.250", "w1"), lbService("172.18.255.250"))
 	st := statusOf(o, ann)
 	get := func(remote, query string) *httptest.ResponseRecorder {
-		req := httptest.NewRequest(http.MethodGet, StatusPath+query, nil)
+		req := httptest.NewRequest(http.MethodGet, statusview.Path+query, nil)
 		req.RemoteAddr = remote
 		w := httptest.NewRecorder()
 		st.ServeHTTP(w, req)
@@ -283,7 +283,7 @@ func TestStatusFromRunningSpeakers(t *testing.T) {
 	report := func() (statusview.Report, string) {
 		var src []statusview.Source
 		for n, readyURL := range speakers.readyz {
-			url := strings.TrimSuffix(readyURL, "/readyz") + StatusPath + "?service=ns1/web"
+			url := strings.TrimSuffix(readyURL, "/readyz") + statusview.Path + "?service=ns1/web"
 			resp, err := http.Get(url)
 			if err != nil {
 				return statusview.Report{}, err.Error()

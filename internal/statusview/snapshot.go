@@ -16,6 +16,10 @@ import "time"
 // added within a version.
 const SchemaVersion = 1
 
+// Path is where a speaker serves its Snapshot: on its health server, to
+// loopback clients only (`ironlb status --local` in its container).
+const Path = "/status"
+
 // Snapshot is one speaker's view (GET /status on its health server,
 // `ironlb status --local`).
 type Snapshot struct {
