@@ -131,22 +131,7 @@ func TestExcludeLBLabel(t *testing.T) {
 	}
 	e.waitNeighbour(t, ip, first, macs)
 
-	setLabel := func(on bool) {
-		t.Helper()
-		var n corev1.Node
-		if err := e.C.Get(context.Background(), client.ObjectKey{Name: first}, &n); err != nil {
-			t.Fatal(err)
-		}
-		patch := client.MergeFrom(n.DeepCopy())
-		if on {
-			n.Labels[excludeLBLabel] = ""
-		} else {
-			delete(n.Labels, excludeLBLabel)
-		}
-		if err := e.C.Patch(context.Background(), &n, patch); err != nil {
-			t.Fatal(err)
-		}
-	}
+	setLabel := func(on bool) { setExcludeLabel(t, e, first, on) }
 	setLabel(true)
 	t.Cleanup(func() { setLabel(false) })
 	var second string
