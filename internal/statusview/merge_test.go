@@ -341,3 +341,28 @@ func TestFilter(t *testing.T) {
 		}
 	}
 }
+
+// The table aligns every column, whatever cells are empty, and leaves no
+// trailing blanks.
+func TestWriteTableAligned(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteTable(&b, Merge(t0, sources(cluster()))); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(b.String(), "\n")
+	col := strings.Index(lines[0], "DETAIL")
+	for _, l := range lines {
+		if strings.HasSuffix(l, " ") {
+			t.Errorf("trailing blanks: %q", l)
+		}
+	}
+	for _, l := range lines[1:5] {
+		if len(l) > col && l[col-1] != ' ' {
+			t.Errorf("DETAIL not at column %d: %q", col, l)
+		}
+	}
+	if !strings.Contains(lines[4], "excludedByLabel  node label") {
+		t.Errorf("excluded row: %q", lines[4])
+	}
+	t.Log("\n" + b.String())
+}

@@ -1,6 +1,7 @@
 package statusview
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"strings"
@@ -16,6 +17,21 @@ const maxChangesShown = 20
 // nodes in election order, the membership views, recent owner changes and
 // the problems.
 func WriteTable(w io.Writer, r Report) error {
+	var buf bytes.Buffer
+	if err := writeTable(&buf, r); err != nil {
+		return err
+	}
+	// Every cell is written, so that tabwriter aligns whole columns; the
+	// padding it leaves after empty last cells is trimmed.
+	for _, line := range strings.SplitAfter(buf.String(), "\n") {
+		if _, err := io.WriteString(w, strings.TrimRight(line, " \n")+strings.Repeat("\n", strings.Count(line, "\n"))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeTable(w io.Writer, r Report) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	p := func(format string, args ...any) { _, _ = fmt.Fprintf(tw, format, args...) }
 	if len(r.Services) == 0 {
@@ -31,15 +47,11 @@ func WriteTable(w io.Writer, r Report) error {
 			lead = "\t\t\t"
 		}
 		for _, n := range s.Nodes {
-			if n.Detail == "" {
-				p("%s%s\t%s\n", lead, n.Node, n.State) // no trailing padding
-			} else {
-				p("%s%s\t%s\t%s\n", lead, n.Node, n.State, n.Detail)
-			}
+			p("%s%s\t%s\t%s\n", lead, n.Node, n.State, n.Detail)
 			lead = "\t\t\t"
 		}
 		if s.Reason == "" && len(s.Nodes) == 0 {
-			p("%s-\tno node known\n", lead)
+			p("%s-\tno node known\t\n", lead)
 		}
 	}
 	if err := tw.Flush(); err != nil {
