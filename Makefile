@@ -169,8 +169,9 @@ demo-dualstack: ## The walkthrough, then examples/dualstack (IPv6 and dual-stack
 ##@ Build
 
 .PHONY: build
-build: ## Build the ironlb binary into ./bin.
+build: ## Build the ironlb binary and the kubectl plugin (kubectl-ironlb: `kubectl ironlb status`) into ./bin.
 	go build -ldflags "$(GO_LDFLAGS)" -o $(LOCALBIN)/ironlb ./cmd/ironlb
+	go build -ldflags "$(GO_LDFLAGS)" -o $(LOCALBIN)/kubectl-ironlb ./cmd/kubectl-ironlb
 
 .PHONY: version
 version: ## Print the version (the chart's appVersion).
