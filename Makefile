@@ -257,14 +257,17 @@ LAB ?= $(LOCALBIN)/lab
 # demo, make test-e2e and the lab benchmarks); a /16 makes room for thousands of Services.
 LAB_WORKERS ?= 3
 LAB_SERVICE_CIDR ?= 10.200.1.0/24
-export LAB_WORKERS LAB_SERVICE_CIDR
+# LAB_PROMETHEUS=1: make lab-up / demo also run Prometheus on its own lab host; the e2e
+# suite's own lab runs it unless LAB_PROMETHEUS=0 (docs/observability.md).
+LAB_PROMETHEUS ?=
+export LAB_WORKERS LAB_SERVICE_CIDR LAB_PROMETHEUS
 
 .PHONY: lab
 lab: ## Build the lab command into ./bin/lab.
 	go build -o $(LAB) ./test/lab/cmd/lab
 
 .PHONY: lab-up
-lab-up: image lab $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Bring the lab cluster up in network namespaces (LAB_WORKERS=3, LAB_SERVICE_CIDR=10.200.1.0/24).
+lab-up: image lab $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Bring the lab cluster up in network namespaces (LAB_WORKERS=3, LAB_SERVICE_CIDR=10.200.1.0/24, LAB_PROMETHEUS=1 adds Prometheus).
 	$(LAB) up --workers $(LAB_WORKERS) --service-cidr $(LAB_SERVICE_CIDR)
 
 .PHONY: lab-down
