@@ -14,25 +14,17 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// requireTool returns the path of a tool the test needs: bin/NAME when inBin, else
-// from PATH. Missing, the test skips, and fails in CI (CI=true), where
-// hack/ensure-packages.sh and make tools provide it.
-func requireTool(t *testing.T, name string, inBin bool) string {
+// requireTool returns bin/NAME, a pinned tool `make tools` builds (helm; promtool from
+// hack/prometheus, also `make prometheus`). Missing, the test skips, and fails in CI (CI=true), where make
+// tools runs first.
+func requireTool(t *testing.T, name string) string {
 	t.Helper()
-	skip := t.Skipf
-	if os.Getenv("CI") == "true" {
-		skip = t.Fatalf
-	}
-	if inBin {
-		p := filepath.Join(repoRoot(t), "bin", name)
-		if _, err := os.Stat(p); err != nil {
-			skip("needs %s (make bin/%s): %v", p, name, err)
+	p := filepath.Join(repoRoot(t), "bin", name)
+	if _, err := os.Stat(p); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("needs %s (make tools): %v", p, err)
 		}
-		return p
-	}
-	p, err := exec.LookPath(name)
-	if err != nil {
-		skip("needs %s (Debian package prometheus; hack/ensure-packages.sh installs it): %v", name, err)
+		t.Skipf("skipping: needs %s (make tools): %v", p, err)
 	}
 	return p
 }
@@ -50,8 +42,8 @@ func repoRoot(t *testing.T) string {
 // with `promtool check rules` and runs the unit tests in testdata/alerts_test.yaml,
 // which must cover every alert the chart renders.
 func TestAlertRules(t *testing.T) {
-	helm := requireTool(t, "helm", true)
-	promtool := requireTool(t, "promtool", false)
+	helm := requireTool(t, "helm")
+	promtool := requireTool(t, "promtool")
 	ctx := context.Background()
 	rules, err := RuleFile(ctx, helm, filepath.Join(repoRoot(t), "charts", "ironlb"))
 	if err != nil {
@@ -110,7 +102,7 @@ func TestAlertRules(t *testing.T) {
 // TestAlertDurationsFromValues checks that each alert's `for` comes from its value
 // (the lab shortens them) and that turning an alert off removes it.
 func TestAlertDurationsFromValues(t *testing.T) {
-	helm := requireTool(t, "helm", true)
+	helm := requireTool(t, "helm")
 	rules, err := RuleFile(context.Background(), helm, filepath.Join(repoRoot(t), "charts", "ironlb"),
 		"prometheus.prometheusRule.speakerMissing.for=7s", "prometheus.prometheusRule.addressPoolUsage.for=9s",
 		"prometheus.prometheusRule.addressConflict.enabled=false")
@@ -183,7 +175,7 @@ func TestDashboard(t *testing.T) {
 		}
 	}
 
-	requireTool(t, "helm", true)
+	requireTool(t, "helm")
 	if strings.Contains(string(render(t)), "grafana_dashboard") {
 		t.Error("the dashboard ConfigMap is rendered by default; it must be opt-in")
 	}

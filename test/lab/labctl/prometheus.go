@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"syscall"
@@ -98,9 +97,11 @@ func (l *Lab) startPrometheus(ctx context.Context, t *labnet.Topology, c kuberne
 	if !ok {
 		return fmt.Errorf("the topology has no %s host", labnet.PrometheusName)
 	}
-	exe, err := exec.LookPath("prometheus")
-	if err != nil {
-		return fmt.Errorf("lab up --prometheus needs Debian's prometheus package (run hack/ensure-packages.sh as root): %w", err)
+	// Built from the Go module proxy (hack/prometheus): Debian's package has no
+	// kubernetes_sd_configs.
+	exe := l.bin("prometheus")
+	if _, err := os.Stat(exe); err != nil {
+		return fmt.Errorf("lab up --prometheus needs %s: build it with `make prometheus` (pinned in hack/prometheus/go.mod): %w", exe, err)
 	}
 	token, err := prometheusToken(ctx, c)
 	if err != nil {
