@@ -47,9 +47,13 @@ type dashboard struct {
 }
 
 type capture struct {
-	Start   int64  `json:"start"`
-	End     int64  `json:"end"`
-	LinkCut string `json:"linkCut"`
+	Start int64 `json:"start"`
+	End   int64 `json:"end"`
+	// Events are what the test injected, drawn as numbered vertical lines.
+	Events []struct {
+		At   int64  `json:"at"`
+		What string `json:"what"`
+	} `json:"events"`
 	Queries []struct {
 		Panel  string `json:"panel"`
 		RefID  string `json:"refId"`
@@ -80,7 +84,7 @@ func run(capturePath, dashPath, out string) error {
 		return err
 	}
 	const cols = 2
-	rows := (len(d.Panels) + cols - 1) / cols
+	rows := (len(d.Panels) + 1 + cols - 1) / cols // one more tile: the events
 	w, h := 12*vg.Inch, vg.Length(rows)*2.6*vg.Inch
 	img := vgimg.NewWith(vgimg.UseWH(w, h), vgimg.UseDPI(72), vgimg.UseBackgroundColor(color.White))
 	dc := draw.New(img)
@@ -99,6 +103,7 @@ func run(capturePath, dashPath, out string) error {
 		pl.Add(plotter.NewGrid())
 		n := 0
 		var ipRows []string // state timeline: one row per IP
+		var nodes []string  // state timeline: one colour per node
 		for _, t := range p.Targets {
 			for _, q := range c.Queries {
 				if q.Panel != p.Title || q.RefID != t.RefID {
@@ -113,26 +118,28 @@ func run(capturePath, dashPath, out string) error {
 					if err != nil {
 						return fmt.Errorf("panel %q: %w", p.Title, err)
 					}
+					colour, name, width := n, legend(t.LegendFormat, s.Metric), vg.Points(1.5)
+					newNode := true
 					if p.Type == "state-timeline" {
-						ip := s.Metric["ip"]
-						row := indexOf(&ipRows, ip)
+						// One row per IP, one colour per announcing node.
+						row := indexOf(&ipRows, s.Metric["ip"])
 						for j := range pts {
 							pts[j].Y = float64(row)
 						}
+						known := len(nodes)
+						colour, name, width = indexOf(&nodes, s.Metric["node"]), s.Metric["node"], vg.Points(8)
+						newNode = len(nodes) > known
 					}
 					for k, seg := range segments(pts) {
 						l, err := plotter.NewLine(seg)
 						if err != nil {
 							return err
 						}
-						l.Color = palette(n)
-						l.Width = vg.Points(1.5)
-						if p.Type == "state-timeline" {
-							l.Width = vg.Points(8)
-						}
+						l.Color = palette(colour)
+						l.Width = width
 						pl.Add(l)
-						if k == 0 {
-							pl.Legend.Add(legend(t.LegendFormat, s.Metric), l)
+						if k == 0 && newNode {
+							pl.Legend.Add(name, l)
 						}
 					}
 					n++
@@ -145,14 +152,16 @@ func run(capturePath, dashPath, out string) error {
 				ticks = append(ticks, plot.Tick{Value: float64(r), Label: ip})
 			}
 			pl.Y.Tick.Marker = plot.ConstantTicks(ticks)
-			pl.Y.Min, pl.Y.Max = -0.8, float64(len(ipRows))+1.5
+			pl.Y.Min, pl.Y.Max = -0.8, float64(len(ipRows))+2.5 // room for the legend
 			pl.Y.Label.Text = ""
 		}
-		if c.LinkCut != "" && i == 0 {
-			pl.Title.Text += fmt.Sprintf(" (link of %s cut near the end)", c.LinkCut)
+		pl.X.Min, pl.X.Max = 0, float64(c.End-c.Start) // one time axis for every panel
+		if err := addEvents(pl, c); err != nil {
+			return err
 		}
 		pl.Draw(tiles.At(dc, i%cols, i/cols))
 	}
+	drawEventList(tiles.At(dc, len(d.Panels)%cols, len(d.Panels)/cols), c)
 	f, err := os.Create(out)
 	if err != nil {
 		return err
@@ -162,6 +171,38 @@ func run(capturePath, dashPath, out string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// addEvents draws the injected events as numbered dashed vertical lines.
+func addEvents(pl *plot.Plot, c capture) error {
+	lo, hi := pl.Y.Min, pl.Y.Max
+	for i, ev := range c.Events {
+		x := float64(ev.At - c.Start)
+		l, err := plotter.NewLine(plotter.XYs{{X: x, Y: lo}, {X: x, Y: hi}})
+		if err != nil {
+			return err
+		}
+		l.Color = color.Gray{Y: 120}
+		l.Dashes = []vg.Length{vg.Points(3), vg.Points(3)}
+		lb, err := plotter.NewLabels(plotter.XYLabels{XYs: plotter.XYs{{X: x, Y: hi}}, Labels: []string{strconv.Itoa(i + 1)}})
+		if err != nil {
+			return err
+		}
+		lb.TextStyle[0].Font.Size = font.Length(8)
+		pl.Add(l, lb)
+	}
+	return nil
+}
+
+// drawEventList writes what each numbered line is.
+func drawEventList(dc draw.Canvas, c capture) {
+	sty := draw.TextStyle{Color: color.Black, Font: font.From(plot.DefaultFont, 11), Handler: plot.DefaultTextHandler}
+	y := dc.Max.Y - vg.Points(20)
+	dc.FillText(sty, vg.Point{X: dc.Min.X + vg.Points(30), Y: y}, "Injected in the lab (dashed lines):")
+	for i, ev := range c.Events {
+		y -= vg.Points(16)
+		dc.FillText(sty, vg.Point{X: dc.Min.X + vg.Points(40), Y: y}, fmt.Sprintf("%d  at %3d s: %s", i+1, ev.At-c.Start, ev.What))
+	}
 }
 
 func readJSON(path string, v any) error {

@@ -64,6 +64,7 @@ func TestPrometheus(t *testing.T) {
 	ctx := ctxT(t)
 	start := time.Now()
 	prom := promClient{e}
+	var events timeline
 
 	rules, err := chart.RuleFile(ctx, e.Helm, filepath.Join(e.Root, "charts", "ironlb"), promRuleValues...)
 	if err != nil {
@@ -156,8 +157,10 @@ func TestPrometheus(t *testing.T) {
 	}
 	victimIP := e.waitIngressIP(t, "default", "e2e-prom-a")
 	e.waitIngressIP(t, "default", "e2e-prom-b")
+	events.add("pool exhausted")
 	owner := e.waitAnnouncer(t, "default", "e2e-prom-a", "")
-	e.claimFromClient(t, victimIP)
+	events.add("mypc claims " + victimIP)
+	release := e.claimFromClient(t, victimIP)
 
 	// ARP requests for the walkthrough's IPs, so the layer-2 counters have series.
 	for _, ip := range ips {
@@ -191,12 +194,14 @@ func TestPrometheus(t *testing.T) {
 
 	// mypc gives the address back: the conflict alert resolves once the window
 	// (20 s here) has passed; checked at the end.
-	e.releaseFromClient(t, victimIP)
+	release()
+	events.add("mypc gives it back")
 
 	// Resolved: a free address again.
 	if err := e.C.Delete(ctx, svcs[1]); err != nil {
 		t.Fatal(err)
 	}
+	events.add("pool freed")
 	prom.waitAlert(t, "MetalLBAddressPoolExhausted", "pool", poolObj.Name, false)
 
 	// Fault 3: a speaker frozen (not the victim's announcer), then thawed.
@@ -222,8 +227,10 @@ func TestPrometheus(t *testing.T) {
 		thawed = true
 		t.Fatal(err)
 	}
+	events.add("speaker on " + frozenNode + " frozen")
 	prom.waitAlert(t, "IronLBSpeakerMissing", "", "", true)
 	thaw()
+	events.add("thawed")
 	prom.waitAlert(t, "IronLBSpeakerMissing", "", "", false)
 	poll(t, time.Minute, "ironlb ready after the thaw", func() (bool, string) {
 		why := e.notReady(ctx)
@@ -232,7 +239,7 @@ func TestPrometheus(t *testing.T) {
 	prom.waitAlert(t, "IronLBAddressConflict", "ip", victimIP, false)
 
 	if path := os.Getenv("E2E_DASHBOARD_CAPTURE"); path != "" {
-		e.captureDashboard(t, prom, queries, start, path)
+		e.captureDashboard(t, prom, queries, start, &events, path)
 	}
 }
 
@@ -255,29 +262,42 @@ func requirePrometheus(t *testing.T, e *Env) *labctl.Lab {
 }
 
 // claimFromClient makes mypc claim ip: it takes the address (so its kernel answers
-// the speaker's re-check) and sends gratuitous ARP replies for it, until the
-// conflict is reported. releaseFromClient (also a cleanup: idempotent) gives it back.
-func (e *Env) claimFromClient(t *testing.T, ip string) {
+// the speaker's re-check) and sends gratuitous ARP replies for it, past the speaker's
+// conflict grace. The returned func (also a cleanup; once) gives the address back.
+func (e *Env) claimFromClient(t *testing.T, ip string) (release func()) {
 	t.Helper()
 	ctx := ctxT(t)
 	if r, err := e.Hosts.Run(ctx, ClientHost, "ip", "addr", "add", ip+"/32", "dev", "eth0"); err != nil || r.Code != 0 {
 		t.Fatalf("adding %s to %s: %v %s", ip, ClientHost, err, r.Stderr)
 	}
-	t.Cleanup(func() { e.releaseFromClient(t, ip) })
+	released := false
+	release = func() {
+		if released {
+			return
+		}
+		released = true
+		if r, err := e.Hosts.Run(context.Background(), ClientHost, "ip", "addr", "del", ip+"/32", "dev", "eth0"); err != nil || r.Code != 0 {
+			t.Errorf("removing %s from %s: %v %s", ip, ClientHost, err, r.Stderr)
+		}
+	}
+	t.Cleanup(release)
 	// One gratuitous reply a second for 6 s: past the speaker's 3 s grace.
 	if r, err := e.Hosts.Run(ctx, ClientHost, "arping", "-q", "-U", "-P", "-S", ip, "-i", "eth0", "-c", "6", ip); err != nil {
 		t.Fatalf("gratuitous ARP for %s from %s: %v %s", ip, ClientHost, err, r.Stderr)
 	}
+	return release
 }
 
-func (e *Env) releaseFromClient(t *testing.T, ip string) {
-	t.Helper()
-	r, err := e.Hosts.Run(context.Background(), ClientHost, "ip", "addr", "del", ip+"/32", "dev", "eth0")
-	// "Cannot assign requested address": given back already.
-	if err != nil || (r.Code != 0 && !strings.Contains(r.Stderr, "Cannot assign")) {
-		t.Errorf("removing %s from %s: %v %s", ip, ClientHost, err, r.Stderr)
-	}
+// event is something the test injected, for the dashboard capture.
+type event struct {
+	At   int64  `json:"at"`
+	What string `json:"what"`
 }
+
+// timeline records when the test injected what.
+type timeline []event
+
+func (tl *timeline) add(what string) { *tl = append(*tl, event{time.Now().Unix(), what}) }
 
 // documentedFamilies returns the metric families of docs/configuration.md's Metrics
 // section by component, each with whether its table lists labels for it.
@@ -464,7 +484,7 @@ func (p promClient) waitAlert(t *testing.T, alert, label, value string, firing b
 
 // captureDashboard cuts the link of the node announcing svc1 for a few seconds (a
 // failover), then writes every dashboard query's range over the test to path.
-func (e *Env) captureDashboard(t *testing.T, prom promClient, queries []chart.PanelQuery, start time.Time, path string) {
+func (e *Env) captureDashboard(t *testing.T, prom promClient, queries []chart.PanelQuery, start time.Time, events *timeline, path string) {
 	t.Helper()
 	ctx := ctxT(t)
 	cutter, ok := e.Hosts.(LinkCutter)
@@ -475,10 +495,12 @@ func (e *Env) captureDashboard(t *testing.T, prom promClient, queries []chart.Pa
 	if err := cutter.SetNodeLink(ctx, victim, false); err != nil {
 		t.Fatal(err)
 	}
+	events.add("link of " + victim + " cut")
 	time.Sleep(10 * time.Second)
 	if err := cutter.SetNodeLink(ctx, victim, true); err != nil {
 		t.Fatal(err)
 	}
+	events.add("link back")
 	poll(t, 2*time.Minute, "ironlb ready after the link came back", func() (bool, string) {
 		why := e.notReady(ctx)
 		return why == "", why
@@ -507,7 +529,7 @@ func (e *Env) captureDashboard(t *testing.T, prom promClient, queries []chart.Pa
 		}
 		out = append(out, capture{Panel: q.Panel, RefID: q.RefID, Expr: q.Expr, Result: d.Result})
 	}
-	b, err := json.Marshal(map[string]any{"start": start.Unix(), "end": end.Unix(), "linkCut": victim, "queries": out})
+	b, err := json.Marshal(map[string]any{"start": start.Unix(), "end": end.Unix(), "events": *events, "queries": out})
 	if err != nil {
 		t.Fatal(err)
 	}
