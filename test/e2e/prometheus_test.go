@@ -83,13 +83,24 @@ func TestPrometheus(t *testing.T) {
 		}
 	})
 	t.Cleanup(func() {
-		if t.Failed() {
-			for _, path := range []string{"/api/v1/targets", "/api/v1/alerts"} {
-				var raw json.RawMessage
-				err := prom.get(context.Background(), path, nil, &raw)
-				t.Logf("---- Prometheus %s (err %v):\n%s", path, err, tailLines(string(raw), 80))
-			}
+		if !t.Failed() {
+			return
 		}
+		var targets struct {
+			ActiveTargets []struct {
+				Labels    map[string]string `json:"labels"`
+				Health    string            `json:"health"`
+				LastError string            `json:"lastError"`
+			} `json:"activeTargets"`
+		}
+		err := prom.get(context.Background(), "/api/v1/targets", nil, &targets)
+		t.Logf("---- Prometheus targets (err %v):", err)
+		for _, tg := range targets.ActiveTargets {
+			t.Logf("%s %s %s %s", tg.Labels["job"], tg.Labels["pod"], tg.Health, tg.LastError)
+		}
+		var alerts json.RawMessage
+		err = prom.get(context.Background(), "/api/v1/alerts", nil, &alerts)
+		t.Logf("---- Prometheus alerts (err %v): %s", err, alerts)
 	})
 
 	// Targets: every ironlb pod, up.
@@ -99,7 +110,7 @@ func TestPrometheus(t *testing.T) {
 	}
 	byComponent := map[string][]string{}
 	for _, p := range pods.Items {
-		if c := p.Labels["app.kubernetes.io/component"]; c == "speaker" || c == "controller" {
+		if c := p.Labels["app.kubernetes.io/component"]; p.DeletionTimestamp == nil && (c == "speaker" || c == "controller") {
 			byComponent[c] = append(byComponent[c], p.Name)
 		}
 	}
