@@ -68,7 +68,8 @@ func newRoot() *cobra.Command {
 		Long: `lab brings up the walkthrough's cluster without a container engine: a control plane
 (172.18.0.2) and workers (172.18.0.3...) as network namespaces on a bridge, real etcd,
 kube-apiserver, kube-controller-manager, kube-scheduler and kube-proxy, the lab's node agent
-in place of the kubelet, and a client host mypc (172.18.0.100) on the same segment.`,
+in place of the kubelet, and a client host mypc (172.18.0.100) on the same segment; with
+--prometheus, a host "prometheus" (172.18.0.101) running Prometheus.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -93,6 +94,8 @@ in place of the kubelet, and a client host mypc (172.18.0.100) on the same segme
 	upCmd.Flags().StringVar(&up.ProxyMode, "proxy-mode", labctl.ProxyIptables, "kube-proxy mode: iptables or nftables")
 	upCmd.Flags().BoolVar(&up.NoAgent, "no-agent", false, "start no node agents (network and control plane only; for debugging the lab)")
 	upCmd.Flags().DurationVar(&up.NodesTimeout, "nodes-timeout", 0, "how long to wait for the nodes to be Ready (default 90s)")
+	upCmd.Flags().BoolVar(&up.Prometheus, "prometheus", os.Getenv("LAB_PROMETHEUS") == "1",
+		"also run Prometheus on its own host (172.18.0.101:9090), scraping ironlb's pods (default from LAB_PROMETHEUS=1)")
 
 	var down labctl.DownOptions
 	downCmd := &cobra.Command{
@@ -125,7 +128,7 @@ in place of the kubelet, and a client host mypc (172.18.0.100) on the same segme
 
 	execCmd := &cobra.Command{
 		Use:   "exec HOST -- CMD [ARGS...]",
-		Short: "run a command on a lab host (mypc or a node name) in its network namespace",
+		Short: "run a command on a lab host (mypc, prometheus or a node name) in its network namespace",
 		Args:  cobra.MinimumNArgs(2),
 		RunE: func(c *cobra.Command, args []string) error {
 			l, err := lab()
