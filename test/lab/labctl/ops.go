@@ -134,27 +134,10 @@ func (l *Lab) RestoreNode(ctx context.Context, name string) error {
 		if _, err := os.Stat(l.pidFile(p.Name)); err != nil && strings.HasPrefix(p.Name, "lab-agent-") {
 			continue // the lab runs without agents (lab up --no-agent)
 		}
-		if _, err := l.start(p); err != nil {
+		if err := l.startAndWait(ctx, p); err != nil {
 			return err
 		}
 		started = append(started, p.Name)
-		if p.Name == "etcd" {
-			if err := waitEtcd(ctx, h.NS()); err != nil {
-				return err
-			}
-		}
-		if p.Name == "kube-apiserver" {
-			c, err := l.Client()
-			if err != nil {
-				return err
-			}
-			actx, cancel := context.WithTimeout(ctx, 60*time.Second)
-			err = waitAPIReady(actx, c)
-			cancel()
-			if err != nil {
-				return err
-			}
-		}
 	}
 	l.printf("restored %s: link up, started %s\n", name, strings.Join(started, ", "))
 	return nil
