@@ -73,8 +73,11 @@ func (l *Lab) StopProcess(_ context.Context, name string, sig syscall.Signal) er
 		return err
 	}
 	pid, err := readPid(l.pidFile(name))
-	if err != nil || pid <= 1 || !alive(pid) {
-		return fmt.Errorf("%s is not running (pid file %s: pid %d, %v)", name, l.pidFile(name), pid, err)
+	if err != nil {
+		return fmt.Errorf("%s is not running: %w", name, err)
+	}
+	if pid <= 1 || !alive(pid) {
+		return fmt.Errorf("%s is not running (its pid file %s names no live process)", name, l.pidFile(name))
 	}
 	start := time.Now()
 	if err := syscall.Kill(pid, sig); err != nil {
