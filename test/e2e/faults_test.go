@@ -67,13 +67,14 @@ func (e *Env) daemonStopper(t *testing.T) DaemonStopper {
 	return s
 }
 
-// TestFaultAPIServerDown stops the API server for apiDownFor while traffic
-// runs: the data path carries on (0 moves, 0 broken, 0 failed), a client
+// TestFaultAPIServerDown kills the API server (SIGKILL: SIGTERM leaves it
+// draining for tens of seconds) and keeps it down for apiDownFor while
+// traffic runs: the data path carries on (0 moves, 0 broken, 0 failed), a client
 // resolving the IP meanwhile gets the owner's MAC; once it is back, a new
 // Service gets an IP.
 func TestFaultAPIServerDown(t *testing.T) {
 	e := requireEnv(t)
-	e.controlPlaneOutage(t, labctl.ProcAPIServer, syscall.SIGTERM, apiDownFor, "e2e-fault-api", "172.18.254.106")
+	e.controlPlaneOutage(t, labctl.ProcAPIServer, syscall.SIGKILL, apiDownFor, "e2e-fault-api", "172.18.254.106")
 }
 
 // TestFaultEtcdRestart kills etcd (SIGKILL) and starts it again etcdDownFor
@@ -89,8 +90,8 @@ func TestFaultEtcdRestart(t *testing.T) {
 // gets a free IP within recoverBound.
 func (e *Env) controlPlaneOutage(t *testing.T, daemon string, sig syscall.Signal, downFor time.Duration, name, ip string) {
 	stopper := e.daemonStopper(t)
-	applyWalkthrough(t, e)
 	dumpOnFailure(t, e, nil)
+	applyWalkthrough(t, e)
 	ctx := ctxT(t)
 	f := e.newLBFixture(t, name, ip)
 	tr, mv := e.observe(t, f, f.owner)
@@ -107,12 +108,12 @@ func (e *Env) controlPlaneOutage(t *testing.T, daemon string, sig syscall.Signal
 			t.Errorf("starting %s again: %v", daemon, err)
 		}
 	})
-	stopped := time.Now()
 	if err := stopper.StopDaemon(ctx, daemon, sig); err != nil {
 		started = true // it was never stopped
 		tr.stop(t)
 		t.Fatal(err)
 	}
+	stopped := time.Now()
 	// Halfway through, a client resolving the IP afresh asks for it.
 	time.Sleep(downFor / 2)
 	e.checkARPAnswers(t, f, f.owner, fmt.Sprintf("with %s stopped for %v", daemon, time.Since(stopped).Round(time.Second)))
@@ -144,11 +145,56 @@ func (e *Env) controlPlaneOutage(t *testing.T, daemon string, sig syscall.Signal
 		why := e.notReady(ctx)
 		return why == "", why
 	})
+	e.waitClusterReady(t, "after "+daemon+" came back")
 	time.Sleep(settle)
 	what := fmt.Sprintf("%s stopped for %v", daemon, downFor)
 	requireHitless(t, what, tr.stop(t), mv.stop(t))
 	e.checkAnnouncer(t, f, f.owner)
 	t.Logf("%s: a new Service got %s %v after %s served again", what, got, recovered.Round(time.Millisecond), daemon)
+}
+
+// waitClusterReady waits until every node and every pod of the test's
+// namespaces is Ready: after an outage, Kubernetes' node lifecycle controller
+// may mark nodes and their pods not Ready until the nodes' agents report
+// again, and the next test must not inherit that.
+func (e *Env) waitClusterReady(t *testing.T, when string) {
+	t.Helper()
+	start := time.Now()
+	var seen []string // what was not Ready at some point, for the log
+	poll(t, recoverBound, "every node and pod Ready "+when, func() (bool, string) {
+		ctx := context.Background()
+		var notReady []string
+		var nodes corev1.NodeList
+		if err := e.C.List(ctx, &nodes); err != nil {
+			return false, err.Error()
+		}
+		for i := range nodes.Items {
+			if !labctl.NodeReady(&nodes.Items[i]) {
+				notReady = append(notReady, "node/"+nodes.Items[i].Name)
+			}
+		}
+		for _, ns := range []string{"default", Namespace} {
+			var pods corev1.PodList
+			if err := e.C.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+				return false, err.Error()
+			}
+			for i := range pods.Items {
+				p := &pods.Items[i]
+				if p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && !podReady(p) {
+					notReady = append(notReady, "pod/"+ns+"/"+p.Name)
+				}
+			}
+		}
+		for _, n := range notReady {
+			if !slices.Contains(seen, n) {
+				seen = append(seen, n)
+			}
+		}
+		return len(notReady) == 0, fmt.Sprintf("not Ready: %v", notReady)
+	})
+	if len(seen) > 0 {
+		t.Logf("%s, these were not Ready for up to %v: %v", when, time.Since(start).Round(time.Second), seen)
+	}
 }
 
 // ipHolders returns the Services (namespace/name) whose ingress holds ip.
@@ -176,8 +222,8 @@ func (e *Env) ipHolders(t *testing.T, ip string) []string {
 // state observed while it happens, and no other Service's IP changes.
 func TestFaultControllerKillDuringBurst(t *testing.T) {
 	e := requireEnv(t)
-	applyWalkthrough(t, e)
 	dumpOnFailure(t, e, nil)
+	applyWalkthrough(t, e)
 	ctx := ctxT(t)
 	pool := &v1beta1.IPAddressPool{
 		ObjectMeta: metav1.ObjectMeta{Name: "e2e-burst-pool", Namespace: Namespace},
@@ -471,9 +517,9 @@ func (aw *allocWatch) stop(t *testing.T) allocResult {
 // fixture).
 func TestFaultMemberlistPartition(t *testing.T) {
 	e := requireEnv(t)
-	applyWalkthrough(t, e)
 	var involved []string
 	dumpOnFailure(t, e, func() []string { return involved })
+	applyWalkthrough(t, e)
 	f := e.newLBFixture(t, "e2e-fault-partition", "172.18.254.108")
 	// The non-owner is the owner's successor in name order: the owner's
 	// deputy when every node can announce, the one that answers for it.

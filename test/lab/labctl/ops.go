@@ -272,7 +272,7 @@ func (l *Lab) Status(ctx context.Context) error {
 		if _, ok := n.Labels[ControlPlaneRole]; ok {
 			role = "control-plane"
 		}
-		fmt.Fprintf(&rows, "%s\t%v\t%s\t%s\t%s\n", n.Name, nodeReady(n), ip, n.Spec.PodCIDR, role)
+		fmt.Fprintf(&rows, "%s\t%v\t%s\t%s\t%s\n", n.Name, NodeReady(n), ip, n.Spec.PodCIDR, role)
 	}
 	l.printTable(rows.String())
 	if len(nodes.Items) == 0 {
