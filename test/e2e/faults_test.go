@@ -240,13 +240,15 @@ func TestFaultControllerKillDuringBurst(t *testing.T) {
 	for i := range burstServices {
 		names = append(names, fmt.Sprintf("e2e-burst-%02d", i))
 	}
-	t.Cleanup(func() {
+	deleteAll := func() {
 		for _, n := range names {
 			if err := e.C.Delete(context.Background(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: n, Namespace: "default"}}); err != nil && !apierrors.IsNotFound(err) {
 				t.Logf("deleting %s: %v", n, err)
 			}
 		}
-	})
+	}
+	deleteAll() // leftovers of an interrupted run
+	t.Cleanup(deleteAll)
 	var (
 		wg      sync.WaitGroup
 		created atomic.Int32
@@ -409,14 +411,7 @@ func (e *Env) watchAllocations(t *testing.T) *allocWatch {
 			return e.C.Watch(ctx, &corev1.ServiceList{}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
 		}, func() (string, []runtime.Object, error) {
 			var l corev1.ServiceList
-			if err := e.C.List(ctx, &l); err != nil {
-				return "", nil, err
-			}
-			objs := make([]runtime.Object, len(l.Items))
-			for i := range l.Items {
-				objs[i] = &l.Items[i]
-			}
-			return l.ResourceVersion, objs, nil
+			return listed(&l, e.C.List(ctx, &l))
 		}, func(ev watch.Event) {
 			if s, ok := ev.Object.(*corev1.Service); ok {
 				aw.observe(ev.Type, s)

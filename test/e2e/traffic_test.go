@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -180,14 +181,7 @@ func (e *Env) watchMoves(t testing.TB, ns, name, owner string) *moves {
 				&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
 		}, func() (string, []runtime.Object, error) {
 			var l v1beta1.ServiceL2StatusList
-			if err := e.C.List(ctx, &l, client.InNamespace(Namespace), labels); err != nil {
-				return "", nil, err
-			}
-			objs := make([]runtime.Object, len(l.Items))
-			for i := range l.Items {
-				objs[i] = &l.Items[i]
-			}
-			return l.ResourceVersion, objs, nil
+			return listed(&l, e.C.List(ctx, &l, client.InNamespace(Namespace), labels))
 		}, func(ev watch.Event) {
 			st, ok := ev.Object.(*v1beta1.ServiceL2Status)
 			if !ok {
@@ -213,15 +207,7 @@ func (e *Env) watchMoves(t testing.TB, ns, name, owner string) *moves {
 		m.follow(ctx, "nodeAssigned events", evs.ResourceVersion, func(rv string) (watch.Interface, error) {
 			return e.CS.CoreV1().Events(ns).Watch(ctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: rv})
 		}, func() (string, []runtime.Object, error) {
-			l, err := e.CS.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: sel})
-			if err != nil {
-				return "", nil, err
-			}
-			objs := make([]runtime.Object, len(l.Items))
-			for i := range l.Items {
-				objs[i] = &l.Items[i]
-			}
-			return l.ResourceVersion, objs, nil
+			return listed(e.CS.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: sel}))
 		}, func(w watch.Event) {
 			ev, ok := w.Object.(*corev1.Event)
 			if !ok || w.Type == watch.Deleted {
@@ -295,6 +281,23 @@ func followWatch(ctx context.Context, rv string, start func(rv string) (watch.In
 		}
 		w.Stop()
 	}
+}
+
+// listed returns a list's resource version and items, for followWatch's
+// relist (err is the List call's).
+func listed(list runtime.Object, err error) (string, []runtime.Object, error) {
+	if err != nil {
+		return "", nil, err
+	}
+	items, err := meta.ExtractList(list)
+	if err != nil {
+		return "", nil, err
+	}
+	acc, err := meta.ListAccessor(list)
+	if err != nil {
+		return "", nil, err
+	}
+	return acc.GetResourceVersion(), items, nil
 }
 
 // follow runs followWatch for one stream of the watch; outages go into the
