@@ -167,20 +167,11 @@ func (l *Lab) up(ctx context.Context, topo *labnet.Topology, opts UpOptions) err
 	done = l.step("starting etcd and kube-apiserver in %s", topo.ControlPlane().NS())
 	cp := l.controlPlaneProcs(topo)
 	for _, p := range cp[:2] {
-		if _, err := l.start(p); err != nil {
+		if err := l.startAndWait(ctx, p); err != nil {
 			return err
 		}
 	}
-	if err := waitEtcd(ctx, topo.ControlPlane().NS()); err != nil {
-		return err
-	}
 	client, err := l.Client()
-	if err != nil {
-		return err
-	}
-	actx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	err = waitAPIReady(actx, client)
-	cancel()
 	if err != nil {
 		return err
 	}

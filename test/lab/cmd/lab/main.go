@@ -171,6 +171,40 @@ in place of the kubelet, and a client host mypc (172.18.0.100) on the same segme
 		},
 	}
 
+	var signal string
+	stopCmd := &cobra.Command{
+		Use:   "stop PROCESS",
+		Short: "stop one lab process (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy-NODE, lab-agent-NODE) and wait until it has exited",
+		Long: `stop sends the process its signal (TERM: a clean stop; KILL: a crash) and waits until it
+has exited (SIGKILL after 30 s if TERM is not enough). Nothing restarts it: ` + "`lab start PROCESS`" + ` does,
+as lab up started it. The e2e suite uses it to take the API server or etcd away while traffic runs.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			sig, err := labctl.ParseSignal(signal)
+			if err != nil {
+				return err
+			}
+			l, err := lab()
+			if err != nil {
+				return err
+			}
+			return l.StopProcess(c.Context(), args[0], sig)
+		},
+	}
+	stopCmd.Flags().StringVarP(&signal, "signal", "s", "TERM", "TERM or KILL")
+	startCmd := &cobra.Command{
+		Use:   "start PROCESS",
+		Short: "start a stopped lab process as lab up does (waits until etcd is healthy, the API server ready)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			l, err := lab()
+			if err != nil {
+				return err
+			}
+			return l.StartProcess(c.Context(), args[0])
+		},
+	}
+
 	var container string
 	logsCmd := &cobra.Command{
 		Use:   "logs [NAMESPACE/]POD",
@@ -238,6 +272,6 @@ in place of the kubelet, and a client host mypc (172.18.0.100) on the same segme
 	forwardCmd.Flags().StringVar(&fwd.netns, "netns", "", "network namespace to dial from")
 	forwardCmd.Flags().StringVar(&fwd.target, "target", "", "address to dial, IP:PORT")
 
-	cmd.AddCommand(upCmd, downCmd, statusCmd, execCmd, killCmd, restoreCmd, logsCmd, envCmd, forwardCmd)
+	cmd.AddCommand(upCmd, downCmd, statusCmd, execCmd, killCmd, restoreCmd, stopCmd, startCmd, logsCmd, envCmd, forwardCmd)
 	return cmd
 }
