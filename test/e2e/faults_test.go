@@ -114,6 +114,20 @@ func (e *Env) controlPlaneOutage(t *testing.T, daemon string, sig syscall.Signal
 		t.Fatal(err)
 	}
 	stopped := time.Now()
+	// A real kube-controller-manager runs with leader election: it cannot renew its lease
+	// while the API server is away (renew deadline 10 s), exits, and starts afresh once the
+	// API server is back, so its node lifecycle controller gives every node a new grace
+	// period. The lab's runs without leader election and would otherwise judge the nodes by
+	// heartbeats it could not see for a minute, mark them and their pods not Ready, and
+	// empty every Service's endpoints: an outage of the lab, not one a cluster has.
+	restartKCM := daemon == labctl.ProcAPIServer && downFor > 10*time.Second
+	if restartKCM {
+		if err := stopper.StopDaemon(ctx, labctl.ProcControllerManager, syscall.SIGTERM); err != nil {
+			tr.stop(t)
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = stopper.StartDaemon(context.Background(), labctl.ProcControllerManager) })
+	}
 	// Halfway through, a client resolving the IP afresh asks for it.
 	time.Sleep(downFor / 2)
 	e.checkARPAnswers(t, f, f.owner, fmt.Sprintf("with %s stopped for %v", daemon, time.Since(stopped).Round(time.Second)))
@@ -124,6 +138,12 @@ func (e *Env) controlPlaneOutage(t *testing.T, daemon string, sig syscall.Signal
 	}
 	back := time.Now()
 	t.Logf("%s stopped (%v) at %s, serving again %v later", daemon, sig, stopped.Format("15:04:05.000"), back.Sub(stopped).Round(time.Millisecond))
+	if restartKCM {
+		if err := stopper.StartDaemon(ctx, labctl.ProcControllerManager); err != nil {
+			tr.stop(t)
+			t.Fatalf("starting %s again: %v", labctl.ProcControllerManager, err)
+		}
+	}
 
 	// ironlb recovers: a new Service gets an address no other Service holds.
 	svc := name + "-after"

@@ -194,7 +194,7 @@ func (l *Lab) controlPlaneProcs(t *labnet.Topology) []Proc {
 			"--allow-privileged=true",
 			"--profiling=false",
 			"--v=1"}},
-		{Name: "kube-controller-manager", NS: ns, Args: []string{l.bin("kube-controller-manager"),
+		{Name: ProcControllerManager, NS: ns, Args: []string{l.bin("kube-controller-manager"),
 			"--kubeconfig=" + l.pki("kube-controller-manager.kubeconfig"),
 			"--bind-address=127.0.0.1", "--leader-elect=false",
 			"--controllers=*,bootstrapsigner,tokencleaner",

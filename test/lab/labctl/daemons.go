@@ -10,8 +10,9 @@ import (
 
 // Names of the control plane's processes (pid files, logs, `lab stop` and `lab start`).
 const (
-	ProcEtcd      = "etcd"
-	ProcAPIServer = "kube-apiserver"
+	ProcEtcd              = "etcd"
+	ProcAPIServer         = "kube-apiserver"
+	ProcControllerManager = "kube-controller-manager"
 )
 
 // stopGrace is how long StopProcess waits for a process to exit after its signal.
