@@ -5,10 +5,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -142,10 +144,11 @@ type nsmCluster struct {
 // real memberlist UDP/TCP transports, encryption on and DefaultOptions
 // timings. Per size it reports:
 //
-//   - formation: from starting the first process until every member lists
-//     all n (each member joins one random earlier member, gossip spreads the
-//     rest; afterwards every member gets all addresses as peers, as the
-//     speaker does);
+//   - formation: with every process up, from giving the members their peers
+//     until every member lists all n. Each gets all addresses at once, as
+//     speakers do from their Pod list; with IRONLB_NSM_BATCH=k the members
+//     are given peers k at a time (the k new ones all addresses so far, once
+//     the previous ones agree), as in a DaemonSet rolled out in steps;
 //   - idle false alarms: suspicions raised and members declared dead during
 //     IRONLB_NSM_IDLE (default 2m) with nobody killed, the children's CPU
 //     and their RSS;
@@ -171,6 +174,7 @@ func BenchmarkNetnsMembership(b *testing.B) {
 		b.Fatal(err)
 	}
 	trials := envInt("IRONLB_NSM_TRIALS", 10)
+	batch := envInt("IRONLB_NSM_BATCH", 1000)
 	idle := 2 * time.Minute
 	if v := os.Getenv("IRONLB_NSM_IDLE"); v != "" {
 		if idle, err = time.ParseDuration(v); err != nil {
@@ -180,13 +184,13 @@ func BenchmarkNetnsMembership(b *testing.B) {
 	for _, n := range sizes {
 		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {
 			for range b.N {
-				nsmRun(b, n, trials, idle)
+				nsmRun(b, n, batch, trials, idle)
 			}
 		})
 	}
 }
 
-func nsmRun(b *testing.B, n, trials int, idle time.Duration) {
+func nsmRun(b *testing.B, n, batch, trials int, idle time.Duration) {
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	loadStart := loadAverage()
 	nsmSetup(b, n)
@@ -195,8 +199,8 @@ func nsmRun(b *testing.B, n, trials int, idle time.Duration) {
 	b.Cleanup(c.killAll)
 	rnd := rand.New(rand.NewSource(int64(n)))
 
-	// Formation: every process up, then each is given all addresses at once
-	// (a whole cluster of speakers seeing its Pods).
+	// Formation: every process up, then the members get their peers (all
+	// addresses at once, or batch by batch).
 	spawnStart := time.Now()
 	for i := 1; i <= n; i++ {
 		c.members = append(c.members, c.start(b, i))
@@ -204,9 +208,17 @@ func nsmRun(b *testing.B, n, trials int, idle time.Duration) {
 	c.waitUp(b, time.Now().Add(2*time.Minute))
 	spawned := time.Since(spawnStart)
 	start := time.Now()
-	c.setPeers(b, c.members...)
-	formed := c.waitAll(b, time.Now().Add(5*time.Minute)).Sub(start)
-	b.Logf("%d members: processes up after %v; all list all %d %v after they got their peers", n, spawned.Round(time.Millisecond), n, formed.Round(time.Millisecond))
+	var formed time.Duration
+	for k := min(batch, n); ; k = min(k+batch, n) {
+		c.setPeers(b, k, c.members[k-min(batch, k):k]...)
+		formed = c.waitAll(b, k, time.Now().Add(5*time.Minute)).Sub(start)
+		if k == n {
+			break
+		}
+	}
+	c.setPeers(b, n, c.members...) // the whole Pod list: no-op joins
+	progress("%d members: processes up after %v; all list all %d %v after the first got its peers (batches of %d)",
+		n, spawned.Round(time.Millisecond), n, formed.Round(time.Millisecond), batch)
 
 	// Idle: nobody dies.
 	time.Sleep(5 * time.Second) // peers set: the rejoin of nobody settles
@@ -217,7 +229,7 @@ func nsmRun(b *testing.B, n, trials int, idle time.Duration) {
 	idleTo := time.Now()
 	rssSum, rssMax := c.rss()
 	idleSusp, idleFailed, idleDeaths := c.falseAlarms(idleFrom, idleTo, nil)
-	b.Logf("idle %v: %d suspicions, %d failure declarations, %d false leave events; CPU of all members %.1f%% of a core (%.2f%% each); RSS %d MiB in all, %d MiB max",
+	progress("idle %v: %d suspicions, %d failure declarations, %d false leave events; CPU of all members %.1f%% of a core (%.2f%% each); RSS %d MiB in all, %d MiB max",
 		idle, idleSusp, idleFailed, idleDeaths, 100*idleCPU, 100*idleCPU/float64(n), rssSum>>20, rssMax>>20)
 
 	// Hard kills.
@@ -237,13 +249,13 @@ func nsmRun(b *testing.B, n, trials int, idle time.Duration) {
 		<-victim.done
 		f, l := c.waitLeave(b, victim.name, killed, time.Now().Add(time.Minute))
 		first, last = append(first, f), append(last, l)
-		b.Logf("trial %d: %s killed; first survivor %v, last %v", k+1, victim.name, f.Round(time.Millisecond), l.Round(time.Millisecond))
+		progress("trial %d: %s killed; first survivor %v, last %v", k+1, victim.name, f.Round(time.Millisecond), l.Round(time.Millisecond))
 
 		// The node reboots: same name, same address, all peers at once.
 		ipCmd(b, "-n", nsmSwitch, "link", "set", nsmNS(vi), "up")
 		c.members[vi-1] = c.start(b, vi)
-		c.setPeers(b, c.members[vi-1])
-		back := c.waitAll(b, time.Now().Add(3*time.Minute))
+		c.setPeers(b, n, c.members[vi-1])
+		back := c.waitAll(b, n, time.Now().Add(3*time.Minute))
 		windows = append(windows, nsmWindow{victim.name, killed, back})
 	}
 	trialsTo := time.Now()
@@ -314,6 +326,8 @@ func (c *nsmCluster) start(b *testing.B, i int) *nsmMember {
 	cmd.Env = append(os.Environ(), "IRONLB_NSM_NAME="+m.name, "IRONLB_NSM_IP="+nsmIP(i),
 		"GOMAXPROCS=1", "GOGC="+envOr("IRONLB_NSM_GOGC", "100"))
 	cmd.Stderr = os.Stderr
+	// Members die with the benchmark, even when it is interrupted.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		b.Fatal(err)
@@ -380,15 +394,17 @@ func (c *nsmCluster) waitUp(b *testing.B, deadline time.Time) {
 	}
 }
 
-// waitAll waits until every running member lists all n, and returns when the
-// last of them reached that. On timeout it fails with what each one sees.
-func (c *nsmCluster) waitAll(b *testing.B, deadline time.Time) time.Time {
+// waitAll waits until the first k members (all running) each list exactly
+// those k, and returns when the last of them reached that. On timeout it
+// fails with what each one sees.
+func (c *nsmCluster) waitAll(b *testing.B, k int, deadline time.Time) time.Time {
 	b.Helper()
+	lastLog := time.Now()
 	for {
 		c.mu.Lock()
 		all, latest := true, time.Time{}
-		for _, m := range c.members {
-			if c.count[m.name] != c.n {
+		for _, m := range c.members[:k] {
+			if c.count[m.name] != k {
 				all = false
 				break
 			}
@@ -400,19 +416,33 @@ func (c *nsmCluster) waitAll(b *testing.B, deadline time.Time) time.Time {
 		if all {
 			return latest
 		}
+		if time.Since(lastLog) >= 15*time.Second {
+			lastLog = time.Now()
+			progress("waiting for %d members to list %d: %s", k, k, c.countsSummary())
+		}
 		if time.Now().After(deadline) {
-			c.mu.Lock()
-			var short []string
-			for _, m := range c.members {
-				if c.count[m.name] != c.n {
-					short = append(short, fmt.Sprintf("%s:%d", m.name, c.count[m.name]))
-				}
-			}
-			c.mu.Unlock()
-			b.Fatalf("%d members did not all list %d members; member:count of those short: %v", c.n, c.n, short)
+			b.Fatalf("%d members did not all list %d members: %s", k, k, c.countsSummary())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// countsSummary says how many members list how many members, e.g.
+// "100 members: 97, 99 members: 3", and how many processes are up.
+func (c *nsmCluster) countsSummary() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	hist := map[int]int{}
+	for _, m := range c.members {
+		hist[c.count[m.name]]++
+	}
+	sizes := slices.Sorted(maps.Keys(hist))
+	slices.Reverse(sizes)
+	var parts []string
+	for _, size := range sizes {
+		parts = append(parts, fmt.Sprintf("%d list %d", hist[size], size))
+	}
+	return fmt.Sprintf("%d processes up; %s", len(c.up), strings.Join(parts, ", "))
 }
 
 // waitLeave waits until every member but victim reported victim's leave
@@ -453,11 +483,12 @@ func (c *nsmCluster) waitLeave(b *testing.B, victim string, killed, deadline tim
 	}
 }
 
-// setPeers gives members the addresses of all n as their peers.
-func (c *nsmCluster) setPeers(b *testing.B, ms ...*nsmMember) {
+// setPeers gives members the addresses of the first k members as their
+// peers.
+func (c *nsmCluster) setPeers(b *testing.B, k int, ms ...*nsmMember) {
 	b.Helper()
 	var addrs []string
-	for i := 1; i <= c.n; i++ {
+	for i := 1; i <= k; i++ {
 		addrs = append(addrs, nsmAddr(i))
 	}
 	line := "peers " + strings.Join(addrs, ",") + "\n"
@@ -526,7 +557,13 @@ func ipCmd(tb testing.TB, args ...string) {
 	}
 }
 
-// nsmSetup builds the switch and n member namespaces.
+// nsmSetup builds the switch and n member namespaces. Each member knows the
+// others' MAC addresses from permanent neighbour entries: the kernel's
+// neighbour table is one for all namespaces, and 100 members resolving 99
+// peers each by ARP overflow its default limit (gc_thresh3, 1024 entries;
+// "neighbor table overflow" in dmesg) and lose packets, which separate hosts,
+// each with its own table, never do. Permanent entries do not count towards
+// the limit. IPv6 is off in the members: memberlist here runs on IPv4.
 func nsmSetup(tb testing.TB, n int) {
 	tb.Helper()
 	nsmTeardown(n)
@@ -536,13 +573,33 @@ func nsmSetup(tb testing.TB, n int) {
 	for i := 1; i <= n; i++ {
 		ns := nsmNS(i)
 		ipCmd(tb, "netns", "add", ns)
+		if out, err := exec.Command("ip", "netns", "exec", ns, "sysctl", "-qw",
+			"net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1").CombinedOutput(); err != nil {
+			tb.Fatalf("disable IPv6 in %s: %v: %s", ns, err, out)
+		}
 		ipCmd(tb, "-n", ns, "link", "set", "lo", "up")
-		ipCmd(tb, "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", ns, "netns", nsmSwitch)
+		ipCmd(tb, "-n", ns, "link", "add", "eth0", "address", nsmMAC(i), "type", "veth", "peer", "name", ns, "netns", nsmSwitch)
 		ipCmd(tb, "-n", ns, "addr", "add", nsmIP(i)+"/16", "dev", "eth0")
 		ipCmd(tb, "-n", ns, "link", "set", "eth0", "up")
 		ipCmd(tb, "-n", nsmSwitch, "link", "set", ns, "master", nsmBridge, "up")
 	}
+	batch := filepath.Join(tb.TempDir(), "neigh")
+	for i := 1; i <= n; i++ {
+		var b strings.Builder
+		for j := 1; j <= n; j++ {
+			if j != i {
+				fmt.Fprintf(&b, "neigh replace %s lladdr %s dev eth0 nud permanent\n", nsmIP(j), nsmMAC(j))
+			}
+		}
+		if err := os.WriteFile(batch, []byte(b.String()), 0o644); err != nil {
+			tb.Fatal(err)
+		}
+		ipCmd(tb, "-n", nsmNS(i), "-batch", batch)
+	}
 }
+
+// nsmMAC is member i's MAC address (locally administered).
+func nsmMAC(i int) string { return fmt.Sprintf("02:00:0a:d5:%02x:%02x", i>>8, i&255) }
 
 // nsmTeardown deletes the namespaces of a cluster of up to n members by name
 // (deleting a namespace deletes its veth end and the peer).
@@ -551,6 +608,12 @@ func nsmTeardown(n int) {
 		_ = exec.Command("ip", "netns", "del", nsmNS(i)).Run()
 	}
 	_ = exec.Command("ip", "netns", "del", nsmSwitch).Run()
+}
+
+// progress prints at once what a long benchmark is doing (b.Logf output
+// appears only when the benchmark ends).
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, args...))
 }
 
 func envOr(name, def string) string {
