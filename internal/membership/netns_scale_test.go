@@ -2,6 +2,7 @@ package membership
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -223,14 +224,15 @@ func nsmRun(b *testing.B, n, batch, trials int, idle time.Duration) {
 	// Idle: nobody dies.
 	time.Sleep(5 * time.Second) // peers set: the rejoin of nobody settles
 	idleFrom := time.Now()
-	cpu0 := c.cpu()
+	cpu0, steal0 := c.cpu(), stealTime()
 	time.Sleep(idle)
+	steal := stealTime() - steal0
 	idleCPU := float64(c.cpu()-cpu0) / float64(time.Since(idleFrom))
 	idleTo := time.Now()
 	rssSum, rssMax := c.rss()
-	idleSusp, idleFailed, idleDeaths := c.falseAlarms(idleFrom, idleTo, nil)
-	progress("idle %v: %d suspicions, %d failure declarations, %d false leave events; CPU of all members %.1f%% of a core (%.2f%% each); RSS %d MiB in all, %d MiB max",
-		idle, idleSusp, idleFailed, idleDeaths, 100*idleCPU, 100*idleCPU/float64(n), rssSum>>20, rssMax>>20)
+	ia := c.falseAlarms(idleFrom, idleTo, nil)
+	progress("idle %v (load %s at the end, VM steal %v): %d suspicions, %d failure declarations, %d false leave events; declared failed: %s; CPU of all members %.1f%% of a core (%.2f%% each); RSS %d MiB in all, %d MiB max",
+		idle, loadAverage(), steal, ia.suspicions, ia.failures, ia.leaves, ia.episodes(), 100*idleCPU, 100*idleCPU/float64(n), rssSum>>20, rssMax>>20)
 
 	// Hard kills.
 	var first, last []time.Duration
@@ -259,25 +261,29 @@ func nsmRun(b *testing.B, n, batch, trials int, idle time.Duration) {
 		windows = append(windows, nsmWindow{victim.name, killed, back})
 	}
 	trialsTo := time.Now()
-	susp, failed, deaths := c.falseAlarms(trialsFrom, trialsTo, windows)
+	ta := c.falseAlarms(trialsFrom, trialsTo, windows)
+	progress("trials: %d false suspicions, %d failure declarations, %d false leave events; declared failed: %s", ta.suspicions, ta.failures, ta.leaves, ta.episodes())
 	slices.Sort(first)
 	slices.Sort(last)
 	loadEnd := loadAverage()
 
 	lo, hi, k := suspicionBounds(DefaultOptions(), n)
 	b.ReportMetric(ms(formed), "formation-ms")
-	b.ReportMetric(float64(idleSusp), "idle-false-suspicions")
-	b.ReportMetric(float64(idleDeaths), "idle-false-deaths")
+	b.ReportMetric(float64(ia.suspicions), "idle-false-suspicions")
+	b.ReportMetric(float64(len(ia.declared)), "idle-false-deaths")
 	b.ReportMetric(100*idleCPU/float64(n), "idle-cpu-%-per-member")
 	b.ReportMetric(float64(rssSum)/float64(n)/(1<<20), "rss-MiB-per-member")
 	if len(last) > 0 {
 		b.ReportMetric(ms(pct(last, 50)), "p50-ms")
 		b.ReportMetric(ms(last[len(last)-1]), "max-ms")
 		b.ReportMetric(ms(pct(first, 50)), "first-p50-ms")
-		b.ReportMetric(float64(susp), "trial-false-suspicions")
-		b.ReportMetric(float64(deaths), "trial-false-deaths")
-		b.Logf("| %d | %d | %.0f | %.0f | %.0f | %.0f | %d | %d / %d |", n, len(last),
-			ms(pct(first, 50)), ms(pct(last, 50)), ms(pct(last, 90)), ms(last[len(last)-1]), failed, susp, deaths)
+		b.ReportMetric(float64(ta.suspicions), "trial-false-suspicions")
+		b.ReportMetric(float64(len(ta.declared)), "trial-false-deaths")
+		// The doc's row: members, trials, first p50, last p50 / p90 / max,
+		// formation, idle and trial false suspicions / members declared dead.
+		b.Logf("| %d | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %d / %d | %d / %d |", n, len(last),
+			ms(pct(first, 50)), ms(pct(last, 50)), ms(pct(last, 90)), ms(last[len(last)-1]), ms(formed),
+			ia.suspicions, len(ia.declared), ta.suspicions, len(ta.declared))
 	}
 	b.Logf("suspicion window at %d members: min %v (with %d confirmations), max %v", n, lo, k, hi)
 	b.Logf("load average %s at the start, %s at the end", loadStart, loadEnd)
@@ -290,13 +296,37 @@ type nsmWindow struct {
 	killed, back time.Time
 }
 
+// nsmAlarms are the failure detector's decisions about members that were
+// up.
+type nsmAlarms struct {
+	suspicions, failures, leaves int
+	// declared is when each member declared failed was first declared so
+	// (since the start of the period).
+	declared map[string]time.Duration
+}
+
+// episodes lists the members declared failed in the order it happened,
+// e.g. "m012 at 1m3.2s, m040 at 1m3.4s".
+func (a nsmAlarms) episodes() string {
+	names := slices.SortedFunc(maps.Keys(a.declared), func(x, y string) int { return cmp.Compare(a.declared[x], a.declared[y]) })
+	var parts []string
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%s at %v", n, a.declared[n].Round(100*time.Millisecond)))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
 // falseAlarms counts, among the records between from and to, suspicions
 // raised, failure declarations, and leave events about members that were not
 // down at that time (windows; a few seconds after a victim's return are
 // included, for gossip about it still in flight).
-func (c *nsmCluster) falseAlarms(from, to time.Time, windows []nsmWindow) (suspicions, failures, leaves int) {
+func (c *nsmCluster) falseAlarms(from, to time.Time, windows []nsmWindow) nsmAlarms {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	a := nsmAlarms{declared: map[string]time.Duration{}}
 	for _, r := range c.records {
 		if r.at.Before(from) || r.at.After(to) {
 			continue
@@ -308,14 +338,32 @@ func (c *nsmCluster) falseAlarms(from, to time.Time, windows []nsmWindow) (suspi
 		}
 		switch r.kind {
 		case "S":
-			suspicions++
+			a.suspicions++
 		case "F":
-			failures++
+			a.failures++
+			if _, ok := a.declared[r.node]; !ok {
+				a.declared[r.node] = r.at.Sub(from)
+			}
 		case "leave":
-			leaves++
+			a.leaves++
 		}
 	}
-	return suspicions, failures, leaves
+	return a
+}
+
+// stealTime is the CPU time the hypervisor gave to others while this VM
+// wanted to run, summed over its CPUs (/proc/stat).
+func stealTime() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(strings.SplitN(string(b), "\n", 2)[0])
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0
+	}
+	ticks, _ := strconv.ParseInt(f[8], 10, 64)
+	return time.Duration(ticks) * 10 * time.Millisecond
 }
 
 // start runs member i's process in its namespace.
