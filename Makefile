@@ -28,6 +28,10 @@ HELM ?= $(LOCALBIN)/helm
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint
 ACTIONLINT ?= $(LOCALBIN)/actionlint
 IMAGE_TOOL ?= $(LOCALBIN)/ironlb-image
+PROMETHEUS ?= $(LOCALBIN)/prometheus
+PROMTOOL ?= $(LOCALBIN)/promtool
+# The module version of github.com/prometheus/prometheus (v0.309.1 is Prometheus 3.9.1).
+PROMETHEUS_VERSION = $(shell awk '/prometheus\/prometheus /{print $$2}' hack/prometheus/go.mod)
 KUBE_BINARIES := etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl
 # envtest (controller-runtime) finds etcd and kube-apiserver here.
 export KUBEBUILDER_ASSETS ?= $(LOCALBIN)
@@ -80,14 +84,16 @@ fmt: ## Run gofmt on the code.
 	gofmt -l -w $$(git ls-files '*.go')
 
 .PHONY: vet
-vet: ## Run go vet (also on the image tool, its own module).
+vet: ## Run go vet (also on the image tool and hack/dashboard-png, their own modules).
 	go vet ./...
 	cd hack/image && go vet ./...
+	cd hack/dashboard-png && go vet ./...
 
 .PHONY: lint
-lint: $(GOLANGCI_LINT) ## Run golangci-lint (also on the image tool, its own module).
+lint: $(GOLANGCI_LINT) ## Run golangci-lint (also on the image tool and hack/dashboard-png, their own modules).
 	$(GOLANGCI_LINT) run ./...
 	cd hack/image && $(GOLANGCI_LINT) run ./...
+	cd hack/dashboard-png && $(GOLANGCI_LINT) run ./...
 
 .PHONY: helm-check
 helm-check: $(HELM) ## Lint the chart and render it with default and non-default values.
@@ -131,7 +137,7 @@ test-unit: ## Run the Go tests (envtest suites use the API server in ./bin); roo
 	go test -json -count=1 -timeout 25m -p 1 $(ROOT_PKGS) | $(TEST_SUMMARY)
 
 .PHONY: test-e2e
-test-e2e: image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Run the e2e suite (root): brings the lab up, installs the chart, runs test/e2e, tears the lab down.
+test-e2e: image lab $(HELM) $(PROMETHEUS) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Run the e2e suite (root): brings the lab up, installs the chart, runs test/e2e, tears the lab down.
 	go test -json -tags e2e ./test/e2e -count=1 -v -timeout 20m $(E2E_FLAGS) | $(TEST_SUMMARY) -v
 
 .PHONY: bench-failover
@@ -159,7 +165,7 @@ bench-controller: ## Benchmark the controller on envtest: create->IP latency, 10
 ##@ Demo
 
 .PHONY: demo
-demo: ## The walkthrough end to end in the lab (root; LAB_WORKERS, LAB_SERVICE_CIDR): make image, lab up, helm install, apply examples/walkthrough, curl from mypc. Leaves the lab up.
+demo: $(if $(filter 1,$(LAB_PROMETHEUS)),$(PROMETHEUS)) ## The walkthrough end to end in the lab (root; LAB_WORKERS, LAB_SERVICE_CIDR): make image, lab up, helm install, apply examples/walkthrough, curl from mypc. Leaves the lab up.
 	hack/demo.sh
 
 .PHONY: demo-dualstack
@@ -169,8 +175,9 @@ demo-dualstack: ## The walkthrough, then examples/dualstack (IPv6 and dual-stack
 ##@ Build
 
 .PHONY: build
-build: ## Build the ironlb binary into ./bin.
+build: ## Build the ironlb binary and the kubectl plugin (kubectl-ironlb: `kubectl ironlb status`) into ./bin.
 	go build -ldflags "$(GO_LDFLAGS)" -o $(LOCALBIN)/ironlb ./cmd/ironlb
+	go build -ldflags "$(GO_LDFLAGS)" -o $(LOCALBIN)/kubectl-ironlb ./cmd/kubectl-ironlb
 
 .PHONY: version
 version: ## Print the version (the chart's appVersion).
@@ -212,7 +219,7 @@ release-artifacts: $(HELM) image ## What a release publishes besides the image, 
 ##@ Tools
 
 .PHONY: tools
-tools: $(CONTROLLER_GEN) $(HELM) $(GOLANGCI_LINT) $(ACTIONLINT) $(IMAGE_TOOL) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Build every pinned tool into ./bin (idempotent).
+tools: $(CONTROLLER_GEN) $(HELM) $(GOLANGCI_LINT) $(ACTIONLINT) $(IMAGE_TOOL) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) $(PROMETHEUS) $(PROMTOOL) ## Build every pinned tool into ./bin (idempotent).
 
 $(LOCALBIN):
 	mkdir -p $(LOCALBIN)
@@ -230,6 +237,16 @@ $(KUBE_STAMP): hack/tools/go.mod hack/tools/go.sum | $(LOCALBIN)
 		-X k8s.io/component-base/version.gitTreeState=clean" \
 		-o $(LOCALBIN)/ ./etcd $(addprefix k8s.io/kubernetes/cmd/,$(filter-out etcd,$(KUBE_BINARIES)))
 	touch $@
+
+.PHONY: prometheus
+prometheus: $(PROMETHEUS) $(PROMTOOL) ## Build bin/prometheus (the lab's, lab up --prometheus) and bin/promtool (alert rule tests).
+
+# The lab's Prometheus server (lab up --prometheus) and promtool (alert rule tests), pinned
+# in hack/prometheus/go.mod: Debian's package is built without kubernetes_sd_configs.
+$(PROMETHEUS) $(PROMTOOL) &: hack/prometheus/go.mod hack/prometheus/go.sum | $(LOCALBIN)
+	@echo ">> building Prometheus $(PROMETHEUS_VERSION) into $(LOCALBIN) (cold: a few minutes)"
+	cd hack/prometheus && go build -ldflags "-s -w -X github.com/prometheus/common/version.Version=$(PROMETHEUS_VERSION)" \
+		-o $(LOCALBIN)/ github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
 
 # go-install-tool installs a Go module at a pinned version into ./bin, named tool-version,
 # with a plain-named link, so a version bump reinstalls it.
@@ -262,14 +279,17 @@ LAB ?= $(LOCALBIN)/lab
 LAB_WORKERS ?= 3
 LAB_SERVICE_CIDR ?= 10.200.1.0/24
 LAB_IP_FAMILY ?= dual
-export LAB_WORKERS LAB_SERVICE_CIDR LAB_IP_FAMILY
+# LAB_PROMETHEUS=1: make lab-up / demo also run Prometheus on its own lab host; the e2e
+# suite's own lab runs it unless LAB_PROMETHEUS=0 (docs/observability.md).
+LAB_PROMETHEUS ?=
+export LAB_WORKERS LAB_SERVICE_CIDR LAB_IP_FAMILY LAB_PROMETHEUS
 
 .PHONY: lab
 lab: ## Build the lab command into ./bin/lab.
 	go build -o $(LAB) ./test/lab/cmd/lab
 
 .PHONY: lab-up
-lab-up: image lab $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Bring the lab cluster up in network namespaces (LAB_WORKERS=3, LAB_SERVICE_CIDR=10.200.1.0/24, LAB_IP_FAMILY=dual|ipv4).
+lab-up: image lab $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) $(if $(filter 1,$(LAB_PROMETHEUS)),$(PROMETHEUS)) ## Bring the lab cluster up in network namespaces (LAB_WORKERS=3, LAB_SERVICE_CIDR=10.200.1.0/24, LAB_IP_FAMILY=dual|ipv4, LAB_PROMETHEUS=1 adds Prometheus).
 	$(LAB) up --workers $(LAB_WORKERS) --service-cidr $(LAB_SERVICE_CIDR) --ip-family $(LAB_IP_FAMILY)
 
 .PHONY: lab-down

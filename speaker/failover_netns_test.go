@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -136,6 +137,22 @@ func TestNetnsNodeHelper(t *testing.T) {
 	vip := netip.MustParseAddr(mbVIP)
 	own.SetService("bench/svc", Input{IPs: []netip.Addr{vip}, Pool: "bench", Eligible: mbNodes, Self: true, AllInterfaces: true},
 		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: "svc"}})
+	// IRONLB_MB_SERVICES more Services (VIPs from 10.201.1.0 up), spread over the nodes
+	// like any new keys: a failover then moves the probed VIP together with the victim's
+	// share of them, as a node owning hundreds of Services would.
+	if v := os.Getenv("IRONLB_MB_SERVICES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			t.Fatalf("IRONLB_MB_SERVICES=%q: %v", v, err)
+		}
+		extra := netip.MustParseAddr("10.201.1.0")
+		for i := range n {
+			name := fmt.Sprintf("svc%d", i)
+			own.SetService("bench/"+name, Input{IPs: []netip.Addr{extra}, Pool: "bench", Eligible: mbNodes, Self: true, AllInterfaces: true},
+				&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: name}})
+			extra = extra.Next()
+		}
+	}
 	if !h.awaitPoll(ctx) {
 		return
 	}
@@ -181,7 +198,8 @@ func mbSetup(tb testing.TB) {
 		mbRun(tb, "ip", "netns", "add", ns)
 		mbRun(tb, "ip", "-n", ns, "link", "set", "lo", "up")
 		mbRun(tb, "ip", "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", "ilbmb-"+name, "netns", sw)
-		mbRun(tb, "ip", "-n", ns, "addr", "add", addr+"/24", "dev", "eth0")
+		// A /16, so that IRONLB_MB_SERVICES extra VIPs (10.201.1.0 up) are on-link too.
+		mbRun(tb, "ip", "-n", ns, "addr", "add", addr+"/16", "dev", "eth0")
 		mbRun(tb, "ip", "-n", ns, "link", "set", "eth0", "up")
 		mbRun(tb, "ip", "-n", sw, "link", "set", "ilbmb-"+name, "master", mbBridge, "up")
 	}
@@ -674,9 +692,12 @@ func (c *mbCluster) waitStable(tb testing.TB, ac *arpClient) {
 //     trials in which another MAC answered (must be 0). The speaker is then
 //     restarted.
 //
-// Needs root (network namespaces); trials: IRONLB_FAILOVER_TRIALS (default 20).
+// Needs root (network namespaces); trials: IRONLB_FAILOVER_TRIALS (default 20);
+// IRONLB_MB_SERVICES=1500 gives the nodes 1,500 more Services (about 500 per node), so a
+// node kill moves hundreds of IPs at once (issue 10).
 //
 //	go test ./speaker -run '^$' -bench BenchmarkFailoverARP -benchtime 1x -v
+//	IRONLB_MB_SERVICES=1500 go test ./speaker -run '^$' -bench 'BenchmarkFailoverARP/node-kill' -benchtime 1x -v
 func BenchmarkFailoverARP(b *testing.B) {
 	trials := envTrials(b, "IRONLB_FAILOVER_TRIALS", 20)
 	c := startMBCluster(b)

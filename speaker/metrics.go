@@ -4,6 +4,8 @@ import (
 	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ironlb/ironlb/internal/ownership"
 )
 
 type metrics struct {
@@ -46,6 +48,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "ironlb", Name: "proxied_ips",
 			Help: "IPs this node answers ARP/NDP for on behalf of a held node (with that node's MAC).",
 		}),
+	}
+	// Every reason starts at 0: a series that appears at 1 has no increase to
+	// Prometheus, so the first failover of a kind would be invisible to increase()
+	// and rate() (the dashboard's "Owner changes by reason").
+	for _, r := range []ownership.Reason{ownership.ReasonPlaced, ownership.ReasonOwnerDown, ownership.ReasonOwnerIneligible,
+		ownership.ReasonHoldExpired, ownership.ReasonFailback, ownership.ReasonLearned} {
+		m.ownerChanges.WithLabelValues(string(r))
 	}
 	if reg != nil {
 		register(reg, &m.announced)

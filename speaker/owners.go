@@ -17,6 +17,7 @@ import (
 	"github.com/ironlb/ironlb/internal/election"
 	"github.com/ironlb/ironlb/internal/layer2"
 	"github.com/ironlb/ironlb/internal/ownership"
+	"github.com/ironlb/ironlb/internal/statusview"
 )
 
 // announcer is what the speaker needs from layer2.Announcer.
@@ -91,6 +92,10 @@ type owners struct {
 	// starting to announce them is a nodeAssigned event even at start-up.
 	assigned map[string]bool
 	events   []func()
+	// changes are the last changeHistory owner changes, a ring whose
+	// oldest entry is changeNext once full (`ironlb status`).
+	changes    []statusview.Change
+	changeNext int
 }
 
 func newOwners(log logr.Logger, self string, opts ownership.Options, ann announcer, m *metrics, rec recorder.EventRecorder) *owners {
@@ -207,6 +212,7 @@ func (o *owners) ownerHeldLocked(key string) bool {
 func (o *owners) applyLocked(changes []ownership.Change) {
 	var mine []ownership.Claim
 	o.assigned = map[string]bool{}
+	now := time.Now()
 	for _, ch := range changes {
 		if ch.To == o.self && ch.From != o.self && ch.Reason != ownership.ReasonLearned {
 			o.assigned[ch.Key] = true
@@ -214,12 +220,16 @@ func (o *owners) applyLocked(changes []ownership.Change) {
 	}
 	for _, ch := range changes {
 		o.metrics.ownerChanges.WithLabelValues(string(ch.Reason)).Inc()
+		// The one info line of an ownership change, on the nodes it
+		// involves, with its cause; the announcer and status work it
+		// causes is logged at debug.
 		log := o.log.V(1)
 		if ch.From == o.self || ch.To == o.self {
 			log = o.log
 		}
 		log.Info("owner changed", "ip", ch.Key, "from", ch.From, "to", ch.To, "reason", string(ch.Reason), "epoch", ch.Epoch,
 			"services", o.servicesOfLocked(ch.Key))
+		o.recordChangeLocked(now, ch)
 		if ch.Reason != ownership.ReasonLearned {
 			mine = append(mine, ownership.Claim{Key: ch.Key, Owner: ch.To, Epoch: ch.Epoch})
 		}
@@ -275,7 +285,9 @@ func (o *owners) refreshServiceLocked(svc string) {
 			} else if e.in.Reason != "" {
 				reason = e.in.Reason
 			}
-			o.log.Info("serviceWithdrawn", "service", svc, "reason", reason, "owner", owner, "ips", prev.ips)
+			// Debug: the owner change that caused it, if any, is the info
+			// line (applyLocked); MetalLB's message name is kept.
+			o.log.V(1).Info("serviceWithdrawn", "service", svc, "reason", reason, "owner", owner, "ips", prev.ips)
 		}
 		o.status(svc)
 		return
@@ -290,7 +302,7 @@ func (o *owners) refreshServiceLocked(svc string) {
 	o.ann.SetBalancer(svc, next.ips, next.interfaces)
 	o.announced[svc] = next
 	o.setAnnouncedMetric(svc, prev.ips, next.ips)
-	o.log.Info("serviceAnnounced", "service", svc, "ips", next.ips, "pool", e.in.Pool, "interfaces", next.interfaces)
+	o.log.V(1).Info("serviceAnnounced", "service", svc, "ips", next.ips, "pool", e.in.Pool, "interfaces", next.interfaces)
 	o.status(svc)
 	if had || (!o.started && !o.assigned[e.in.Key()]) {
 		// A restarted speaker resuming the IPs it owned assigns nothing;

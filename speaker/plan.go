@@ -73,39 +73,61 @@ func (in Input) Key() string {
 // Inputs computes the Input of svc given its EndpointSlices. It is pure and
 // deterministic.
 func Inputs(s Snapshot, svc *corev1.Service, eps []*discoveryv1.EndpointSlice) Input {
+	in, ein := electionInput(s, svc, eps)
+	if in.Reason != "" {
+		return in
+	}
+	res := election.Eligible(ein)
+	in.Eligible, in.Scores, in.Reason = res.Nodes, res.Scores, res.Reason
+	if res.Reason == "" && slices.Contains(res.Nodes, s.Self) {
+		in.Self, in.AllInterfaces, in.Interfaces = election.NodeInterfaces(res, s.Nodes[s.Self])
+	}
+	return in
+}
+
+// Exclusions returns why the configuration leaves out each node that may
+// not announce svc (election.Explain), nil when the Service as a whole has
+// a reason not to be announced. It follows the same steps as Inputs.
+func Exclusions(s Snapshot, svc *corev1.Service, eps []*discoveryv1.EndpointSlice) map[string]string {
+	in, ein := electionInput(s, svc, eps)
+	if in.Reason != "" {
+		return nil
+	}
+	return election.Explain(ein)
+}
+
+// electionInput checks what is decided before the election (type, class,
+// IPs, pool) and returns the election's input; in.Reason is set when the
+// Service is not announced whatever the nodes.
+func electionInput(s Snapshot, svc *corev1.Service, eps []*discoveryv1.EndpointSlice) (Input, election.Input) {
 	if svc == nil {
-		return Input{Reason: ReasonServiceDeleted}
+		return Input{Reason: ReasonServiceDeleted}, election.Input{}
 	}
 	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
-		return Input{Reason: ReasonNotLoadBalancer}
+		return Input{Reason: ReasonNotLoadBalancer}, election.Input{}
 	}
 	if !ClassMatches(svc, s.LoadBalancerClass) {
-		return Input{Reason: ReasonOtherClass}
+		return Input{Reason: ReasonOtherClass}, election.Input{}
 	}
 	ips, reason := ServiceIPs(svc)
 	if reason != "" {
-		return Input{Reason: reason}
+		return Input{Reason: reason}, election.Input{}
 	}
 	if s.Config == nil {
-		return Input{IPs: ips, Reason: ReasonNoConfig}
+		return Input{IPs: ips, Reason: ReasonNoConfig}, election.Input{}
 	}
 	pool := PoolFor(s.Config, ips)
 	if pool == "" {
-		return Input{IPs: ips, Reason: ReasonIPNotAllowed}
+		return Input{IPs: ips, Reason: ReasonIPNotAllowed}, election.Input{}
 	}
-	res := election.Eligible(election.Input{
+	return Input{IPs: ips, Pool: pool}, election.Input{
 		Service:         svc,
 		Pool:            pool,
 		Advertisements:  s.Config.L2Advertisements,
 		Nodes:           s.Nodes,
 		EndpointSlices:  eps,
 		IgnoreExcludeLB: s.IgnoreExcludeLB,
-	})
-	in := Input{IPs: ips, Pool: pool, Eligible: res.Nodes, Scores: res.Scores, Reason: res.Reason}
-	if res.Reason == "" && slices.Contains(res.Nodes, s.Self) {
-		in.Self, in.AllInterfaces, in.Interfaces = election.NodeInterfaces(res, s.Nodes[s.Self])
 	}
-	return in
 }
 
 // ClassMatches applies MetalLB's loadBalancerClass filter.

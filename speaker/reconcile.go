@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -208,25 +209,13 @@ func (r *serviceReconciler) reconcile(ctx context.Context, req reconcile.Request
 	default:
 	}
 	key := req.String()
-	svc := &corev1.Service{}
-	if err := r.Get(ctx, req.NamespacedName, svc); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return err
-		}
+	svc, eps, err := r.service(ctx, req.NamespacedName)
+	if err != nil {
+		return err
+	}
+	if svc == nil {
 		r.own.SetService(key, Input{Reason: ReasonServiceDeleted}, nil)
 		return nil
-	}
-	var list discoveryv1.EndpointSliceList
-	sel := []client.ListOption{client.InNamespace(req.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: req.Name}}
-	if r.indexed {
-		sel = []client.ListOption{client.InNamespace(req.Namespace), client.MatchingFields{indexService: key}}
-	}
-	if err := r.List(ctx, &list, sel...); err != nil {
-		return fmt.Errorf("list EndpointSlices of %s: %w", key, err)
-	}
-	eps := make([]*discoveryv1.EndpointSlice, 0, len(list.Items))
-	for i := range list.Items {
-		eps = append(eps, &list.Items[i])
 	}
 	snap, err := r.snapshot(ctx)
 	if err != nil {
@@ -234,4 +223,29 @@ func (r *serviceReconciler) reconcile(ctx context.Context, req reconcile.Request
 	}
 	r.own.SetService(key, Inputs(snap, svc, eps), svc)
 	return nil
+}
+
+// service reads a Service and its EndpointSlices from the cache; nil when
+// the Service does not exist.
+func (r *serviceReconciler) service(ctx context.Context, key types.NamespacedName) (*corev1.Service, []*discoveryv1.EndpointSlice, error) {
+	svc := &corev1.Service{}
+	if err := r.Get(ctx, key, svc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil, nil
+		}
+		return nil, nil, err
+	}
+	var list discoveryv1.EndpointSliceList
+	sel := []client.ListOption{client.InNamespace(key.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: key.Name}}
+	if r.indexed {
+		sel = []client.ListOption{client.InNamespace(key.Namespace), client.MatchingFields{indexService: key.String()}}
+	}
+	if err := r.List(ctx, &list, sel...); err != nil {
+		return nil, nil, fmt.Errorf("list EndpointSlices of %s: %w", key, err)
+	}
+	eps := make([]*discoveryv1.EndpointSlice, 0, len(list.Items))
+	for i := range list.Items {
+		eps = append(eps, &list.Items[i])
+	}
+	return svc, eps, nil
 }

@@ -39,7 +39,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -225,11 +224,13 @@ func Run(ctx context.Context, opts Options) error {
 		probeAddr = "0"
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
-		Logger:                 log,
-		Cache:                  cacheOpts,
-		Metrics:                metricsOpts,
-		HealthProbeBindAddress: probeAddr,
+		Scheme:  scheme,
+		Logger:  log,
+		Cache:   cacheOpts,
+		Metrics: metricsOpts,
+		// The speaker serves the probes itself, with its status snapshot
+		// (probeServer).
+		HealthProbeBindAddress: "0",
 		LeaderElection:         false,
 		// One manager per process in production; tests run several speakers
 		// in one process, whose controllers share names.
@@ -240,9 +241,6 @@ func Run(ctx context.Context, opts Options) error {
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
-	}
-	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return err
 	}
 
 	m := newMetrics(crmetrics.Registry)
@@ -328,7 +326,7 @@ func Run(ctx context.Context, opts Options) error {
 	// it has joined its peers and learned the current owners from them. The
 	// DaemonSet's rolling update waits for this before restarting the next
 	// node's speaker.
-	if err := mgr.AddReadyzCheck("can-announce", func(req *http.Request) error {
+	canAnnounce := func(req *http.Request) error {
 		sctx, cancel := context.WithTimeout(req.Context(), 100*time.Millisecond)
 		defer cancel()
 		if !mgr.GetCache().WaitForCacheSync(sctx) {
@@ -341,8 +339,6 @@ func Run(ctx context.Context, opts Options) error {
 			return errors.New("current owners not learned yet")
 		}
 		return nil
-	}); err != nil {
-		return err
 	}
 	if err := setupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
@@ -396,6 +392,18 @@ func Run(ctx context.Context, opts Options) error {
 		go watchConflicts(ctx, log.WithName("conflicts"), c, own, conflictRecords, sw.Enqueue, mgr.GetClient(), recorder, opts.NodeName)
 	}
 
+	if probeAddr != "0" {
+		// Last before the start: nothing returns early once it listens.
+		status := &statusSource{self: opts.NodeName, own: own, ann: ann, ml: ml, conflicts: conflictRecords, exclusions: r.exclusions}
+		srv, err := probeServer(probeAddr, canAnnounce, status)
+		if err != nil {
+			return err
+		}
+		if err := mgr.Add(srv); err != nil {
+			_ = srv.Listener.Close() // not started: nothing else holds it
+			return err
+		}
+	}
 	log.Info("speaker starting", "node", opts.NodeName, "namespace", opts.Namespace, "memberlist", ml != nil)
 	mgrErr := startManager(ctx, log, mgr.Start, shutdownTimeout+time.Second)
 
@@ -551,18 +559,9 @@ func nodeChanged() predicate.Predicate {
 			if !ok1 || !ok2 {
 				return true
 			}
-			return !labels.Equals(o.Labels, n.Labels) || networkUnavailable(o) != networkUnavailable(n)
+			return !labels.Equals(o.Labels, n.Labels) || election.NetworkUnavailable(o) != election.NetworkUnavailable(n)
 		},
 	}
-}
-
-func networkUnavailable(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeNetworkUnavailable {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // readyNodes is liveness without memberlist: a node whose Ready condition is

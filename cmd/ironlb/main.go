@@ -1,16 +1,18 @@
 // Command ironlb is both halves of the load balancer: `ironlb controller` allocates
 // Service IPs, `ironlb speaker` announces them on the local network. One binary, one image.
+// `ironlb status` is `kubectl ironlb status` (cmd/kubectl-ironlb); `ironlb status --local`
+// is what that runs in each speaker's container.
 //
 // This package only parses flags and hands them to the controllers and speaker
 // packages; no domain logic lives here.
 package main
 
 import (
-	"fmt"
-	"os"
 	"runtime/debug"
 
 	"github.com/spf13/cobra"
+
+	"github.com/ironlb/ironlb/internal/statuscmd"
 )
 
 func main() {
@@ -28,9 +30,6 @@ node (a DaemonSet with host networking and NET_RAW).`,
 		Version: "-",
 	}
 	root.SetVersionTemplate(versionInfo(debug.ReadBuildInfo()))
-	root.AddCommand(newControllerCommand(), newSpeakerCommand(), newCleanupCommand())
-	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "ironlb:", err)
-		os.Exit(1)
-	}
+	root.AddCommand(newControllerCommand(), newSpeakerCommand(), newCleanupCommand(), statuscmd.NewCommand())
+	statuscmd.Main(root, "ironlb") // prints the error once; `status` has its own exit codes
 }

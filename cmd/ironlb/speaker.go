@@ -94,9 +94,10 @@ MetalLB speaker Pod spec works unchanged.`,
 	f.IntVar(&metricsPort, "port", speakerEnvInt("METALLB_METRICS_PORT", 9120),
 		"Prometheus metrics port (HTTPS with Kubernetes authentication and authorization unless --metrics-secure=false); 0 disables")
 	f.BoolVar(&o.MetricsSecure, "metrics-secure", true, "serve metrics over HTTPS with authn/authz (false: plain HTTP)")
-	f.IntVar(&healthPort, "health-probe-port", speakerEnvInt("METALLB_HEALTH_PROBE_PORT", 17472), "port of /healthz and /readyz; 0 disables")
+	f.IntVar(&healthPort, "health-probe-port", speakerEnvInt("METALLB_HEALTH_PROBE_PORT", 17472),
+		"port of /healthz, /readyz and /status (the snapshot `ironlb status` reads, served to loopback clients only); 0 disables all three")
 	f.StringVar(&healthHost, "health-probe-host", "127.0.0.1",
-		"address /healthz and /readyz listen on; the speaker shares the node's network, so the default keeps them off the node's other addresses (the kubelet probes 127.0.0.1); empty listens on every address")
+		"address /healthz, /readyz and /status listen on; the speaker shares the node's network, so the default keeps them off the node's other addresses (the kubelet probes 127.0.0.1); empty listens on every address")
 	f.BoolVar(&o.EnableHTTP2, "enable-http2", false, "let the metrics server offer HTTP/2; off because of the HTTP/2 stream-reset attacks (CVE-2023-44487, CVE-2023-39325)")
 
 	// memberlist

@@ -93,33 +93,15 @@ type Result struct {
 // ready endpoint. Which of them announces is internal/ownership's decision.
 // The result does not depend on the order of any input.
 func Eligible(in Input) Result {
-	if !HasServingEndpoint(in.EndpointSlices) {
-		return Result{Reason: ReasonNoReadyEndpoints}
+	ads, reason := serviceAdvertisements(in)
+	if reason != "" {
+		return Result{Reason: reason, Advertisements: ads}
 	}
-	ads := AdvertisementsForService(in.Advertisements, in.Pool, in.Service)
-	if len(ads) == 0 {
-		return Result{Reason: ReasonNoMatchingAdvertisement}
-	}
-	if sharesIP(in.Service) && slices.ContainsFunc(ads, func(ad *config.L2Advertisement) bool {
-		return len(ad.ServiceSelectors) > 0
-	}) {
-		return Result{Reason: ReasonSharedIPWithServiceSelector, Advertisements: ads}
-	}
-
-	var local map[string]bool
-	if in.Service != nil && in.Service.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
-		local = NodesWithServingEndpoint(in.EndpointSlices)
-	}
+	local := localNodes(in)
 	var nodes []string
 	var scores map[string]int64
 	for name, node := range in.Nodes {
-		if node == nil || !Usable(node, in.IgnoreExcludeLB) {
-			continue
-		}
-		if local != nil && !local[name] {
-			continue
-		}
-		if !slices.ContainsFunc(ads, func(ad *config.L2Advertisement) bool { return SelectsNode(ad, node) }) {
+		if nodeExclusion(in, ads, local, name, node) != "" {
 			continue
 		}
 		nodes = append(nodes, name)
@@ -155,6 +137,89 @@ func Score(ads []*config.L2Advertisement, node *corev1.Node) int64 {
 		}
 	}
 	return sum
+}
+
+// Why a node the configuration does not allow to announce a Service is left
+// out (Explain); the Service itself may still be announced by others.
+const (
+	// NodeNetworkUnavailable: the node's NetworkUnavailable condition is True.
+	NodeNetworkUnavailable = "networkUnavailable"
+	// NodeExcludedByLabel: the node carries
+	// node.kubernetes.io/exclude-from-external-load-balancers.
+	NodeExcludedByLabel = "excludedByLabel"
+	// NodeNoLocalEndpoint: externalTrafficPolicy Local and no ready endpoint
+	// of the Service runs on the node.
+	NodeNoLocalEndpoint = "noLocalEndpoint"
+	// NodeNotSelected: no applicable L2Advertisement's nodeSelectors match
+	// the node.
+	NodeNotSelected = "notSelectedByAdvertisement"
+)
+
+// Explain returns, for every node of in.Nodes that Eligible leaves out, why
+// (Node* constants); nil when the Service as a whole is not announced
+// (Eligible's Reason says why) or every node qualifies. It applies the same
+// rule as Eligible, node by node.
+func Explain(in Input) map[string]string {
+	ads, reason := serviceAdvertisements(in)
+	if reason != "" {
+		return nil
+	}
+	local := localNodes(in)
+	var out map[string]string
+	for name, node := range in.Nodes {
+		if r := nodeExclusion(in, ads, local, name, node); r != "" {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[name] = r
+		}
+	}
+	return out
+}
+
+// serviceAdvertisements returns the advertisements that apply to the
+// Service, or the reason no node at all may announce it.
+func serviceAdvertisements(in Input) ([]*config.L2Advertisement, string) {
+	if !HasServingEndpoint(in.EndpointSlices) {
+		return nil, ReasonNoReadyEndpoints
+	}
+	ads := AdvertisementsForService(in.Advertisements, in.Pool, in.Service)
+	if len(ads) == 0 {
+		return nil, ReasonNoMatchingAdvertisement
+	}
+	if sharesIP(in.Service) && slices.ContainsFunc(ads, func(ad *config.L2Advertisement) bool {
+		return len(ad.ServiceSelectors) > 0
+	}) {
+		return ads, ReasonSharedIPWithServiceSelector
+	}
+	return ads, ""
+}
+
+// localNodes returns the nodes with a serving endpoint for an
+// externalTrafficPolicy Local Service, nil for any other.
+func localNodes(in Input) map[string]bool {
+	if in.Service != nil && in.Service.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
+		return NodesWithServingEndpoint(in.EndpointSlices)
+	}
+	return nil
+}
+
+// nodeExclusion is the rule for one node: "" when it may announce, else the
+// first reason it may not, in the order a fix is usually looked for.
+func nodeExclusion(in Input, ads []*config.L2Advertisement, local map[string]bool, name string, node *corev1.Node) string {
+	switch {
+	case node == nil:
+		return NodeNotSelected
+	case NetworkUnavailable(node):
+		return NodeNetworkUnavailable
+	case excluded(node, in.IgnoreExcludeLB):
+		return NodeExcludedByLabel
+	case local != nil && !local[name]:
+		return NodeNoLocalEndpoint
+	case !slices.ContainsFunc(ads, func(ad *config.L2Advertisement) bool { return SelectsNode(ad, node) }):
+		return NodeNotSelected
+	}
+	return ""
 }
 
 // NodeInterfaces returns where node announces the Service when it owns it:
@@ -268,17 +333,22 @@ func SelectsNode(ad *config.L2Advertisement, node *corev1.Node) bool {
 // unavailable and (unless ignoreExcludeLB) it does not carry the
 // exclude-from-external-load-balancers label, whatever its value.
 func Usable(node *corev1.Node, ignoreExcludeLB bool) bool {
+	return !NetworkUnavailable(node) && !excluded(node, ignoreExcludeLB)
+}
+
+// NetworkUnavailable reports whether node's NetworkUnavailable condition is True.
+func NetworkUnavailable(node *corev1.Node) bool {
 	for _, c := range node.Status.Conditions {
 		if c.Type == corev1.NodeNetworkUnavailable && c.Status == corev1.ConditionTrue {
-			return false
+			return true
 		}
 	}
-	if !ignoreExcludeLB {
-		if _, ok := node.Labels[corev1.LabelNodeExcludeBalancers]; ok {
-			return false
-		}
-	}
-	return true
+	return false
+}
+
+func excluded(node *corev1.Node, ignoreExcludeLB bool) bool {
+	_, ok := node.Labels[corev1.LabelNodeExcludeBalancers]
+	return ok && !ignoreExcludeLB
 }
 
 // Ready reports whether node's Ready condition is True. A node without the

@@ -277,6 +277,66 @@ func TestEligible(t *testing.T) {
 			if !reflect.DeepEqual(res.Nodes, want) {
 				t.Fatalf("nodes = %v, want %v", res.Nodes, want)
 			}
+			// Explain gives a reason for exactly the nodes left out,
+			// unless the Service as a whole is not announced.
+			ex := Explain(tc.in)
+			if res.Reason != "" && res.Reason != ReasonNoCandidates {
+				if ex != nil {
+					t.Fatalf("Explain = %v for a Service not announced at all (%s)", ex, res.Reason)
+				}
+				return
+			}
+			for name := range tc.in.Nodes {
+				if _, out := ex[name]; out == slices.Contains(res.Nodes, name) {
+					t.Errorf("node %s: eligible %v, Explain reason %q", name, slices.Contains(res.Nodes, name), ex[name])
+				}
+			}
+		})
+	}
+}
+
+// TestExplain: each node left out gets the reason an operator would fix.
+func TestExplain(t *testing.T) {
+	ready := []*discoveryv1.EndpointSlice{slice(ep{node: "w2", ready: ptr(true)})}
+	ns := nodes(
+		node("cp", map[string]string{corev1.LabelNodeExcludeBalancers: "", "zone": "a"}, false),
+		node("w1", map[string]string{"zone": "a"}, true),
+		node("w2", map[string]string{"zone": "a"}, false),
+		node("w3", map[string]string{"zone": "b"}, false),
+		node("w4", map[string]string{"zone": "a"}, false),
+	)
+	zoneA := []*config.L2Advertisement{ad("a", []string{"p1"}, []labels.Selector{sel(t, "zone=a")}, nil, nil)}
+	tests := []struct {
+		name string
+		in   Input
+		want map[string]string
+	}{
+		{
+			name: "cluster policy",
+			in:   Input{Service: svc(corev1.ServiceExternalTrafficPolicyCluster, nil, nil), Pool: "p1", Advertisements: zoneA, Nodes: ns, EndpointSlices: ready},
+			want: map[string]string{"cp": NodeExcludedByLabel, "w1": NodeNetworkUnavailable, "w3": NodeNotSelected},
+		},
+		{
+			name: "local policy",
+			in:   Input{Service: svc(corev1.ServiceExternalTrafficPolicyLocal, nil, nil), Pool: "p1", Advertisements: zoneA, Nodes: ns, EndpointSlices: ready},
+			want: map[string]string{"cp": NodeExcludedByLabel, "w1": NodeNetworkUnavailable, "w3": NodeNoLocalEndpoint, "w4": NodeNoLocalEndpoint},
+		},
+		{
+			name: "ignore the exclude label",
+			in: Input{Service: svc(corev1.ServiceExternalTrafficPolicyCluster, nil, nil), Pool: "p1", Advertisements: zoneA, Nodes: ns, EndpointSlices: ready,
+				IgnoreExcludeLB: true},
+			want: map[string]string{"w1": NodeNetworkUnavailable, "w3": NodeNotSelected},
+		},
+		{
+			name: "no endpoints: the Service's reason, not the nodes'",
+			in:   Input{Service: svc(corev1.ServiceExternalTrafficPolicyCluster, nil, nil), Pool: "p1", Advertisements: zoneA, Nodes: ns},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Explain(tc.in); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("Explain = %v, want %v", got, tc.want)
+			}
 		})
 	}
 }

@@ -58,6 +58,19 @@ type LinkCutter interface {
 	SetNodeLink(ctx context.Context, node string, up bool) error
 }
 
+// DaemonStopper is implemented by Hosts that can stop one of the cluster's
+// own daemons and start it again as the cluster started it (the lab: its
+// process names, labctl.ProcAPIServer, labctl.ProcEtcd...). Tests that need
+// it skip without it.
+type DaemonStopper interface {
+	// StopDaemon stops it with sig (SIGTERM or SIGKILL) and returns once it
+	// has exited.
+	StopDaemon(ctx context.Context, name string, sig syscall.Signal) error
+	// StartDaemon starts it and returns once it serves (etcd healthy, the
+	// API server ready).
+	StartDaemon(ctx context.Context, name string) error
+}
+
 // PodLogger is implemented by Hosts that read container logs themselves (the
 // lab's node agent has no log endpoint for kubectl logs).
 type PodLogger interface {
@@ -127,6 +140,14 @@ func (h LabHosts) SetNodeLink(ctx context.Context, node string, up bool) error {
 	}
 	_, err = labnet.IP(ctx, "-n", topo.SwitchNS(), "link", "set", host.SwitchPort(), state)
 	return err
+}
+
+func (h LabHosts) StopDaemon(ctx context.Context, name string, sig syscall.Signal) error {
+	return h.Lab.StopProcess(ctx, name, sig)
+}
+
+func (h LabHosts) StartDaemon(ctx context.Context, name string) error {
+	return h.Lab.StartProcess(ctx, name)
 }
 
 func (h LabHosts) PodLogs(namespace, name string) (string, error) {

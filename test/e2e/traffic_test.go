@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -13,7 +12,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -125,7 +127,9 @@ type moves struct {
 	status   []string // node of each ServiceL2Status created, in order
 	assigned []string // node of each nodeAssigned event, in order
 	log      []string // everything seen, for the failure message
-	err      error
+	// down holds, per watched stream, why its watch is not running now (the
+	// API server away); a stream still down when the watch stops fails it.
+	down map[string]error
 }
 
 // moveCount is the result of a moves watch.
@@ -149,7 +153,7 @@ func (m moveCount) String() string {
 func (e *Env) watchMoves(t testing.TB, ns, name, owner string) *moves {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &moves{cancel: cancel, status: []string{owner}, assigned: []string{owner}}
+	m := &moves{cancel: cancel, status: []string{owner}, assigned: []string{owner}, down: map[string]error{}}
 	m.logf("watch starts: announcer %s", owner)
 
 	labels := client.MatchingLabels{v1beta1.ServiceL2StatusServiceNameLabel: name, v1beta1.ServiceL2StatusServiceNamespaceLabel: ns}
@@ -172,9 +176,12 @@ func (e *Env) watchMoves(t testing.TB, ns, name, owner string) *moves {
 	m.wg.Add(2)
 	go func() {
 		defer m.wg.Done()
-		m.follow(ctx, l2.ResourceVersion, func(rv string) (watch.Interface, error) {
+		m.follow(ctx, "ServiceL2Status", l2.ResourceVersion, func(rv string) (watch.Interface, error) {
 			return e.C.Watch(ctx, &v1beta1.ServiceL2StatusList{}, client.InNamespace(Namespace), labels,
 				&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
+		}, func() (string, []runtime.Object, error) {
+			var l v1beta1.ServiceL2StatusList
+			return listed(&l, e.C.List(ctx, &l, client.InNamespace(Namespace), labels))
 		}, func(ev watch.Event) {
 			st, ok := ev.Object.(*v1beta1.ServiceL2Status)
 			if !ok {
@@ -197,8 +204,10 @@ func (e *Env) watchMoves(t testing.TB, ns, name, owner string) *moves {
 	}()
 	go func() {
 		defer m.wg.Done()
-		m.follow(ctx, evs.ResourceVersion, func(rv string) (watch.Interface, error) {
+		m.follow(ctx, "nodeAssigned events", evs.ResourceVersion, func(rv string) (watch.Interface, error) {
 			return e.CS.CoreV1().Events(ns).Watch(ctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: rv})
+		}, func() (string, []runtime.Object, error) {
+			return listed(e.CS.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: sel}))
 		}, func(w watch.Event) {
 			ev, ok := w.Object.(*corev1.Event)
 			if !ok || w.Type == watch.Deleted {
@@ -222,24 +231,48 @@ func (e *Env) watchMoves(t testing.TB, ns, name, owner string) *moves {
 	return m
 }
 
-// follow runs a watch from rv, restarting it from the last resource version
-// seen if the server ends it, until ctx ends.
-func (m *moves) follow(ctx context.Context, rv string, start func(rv string) (watch.Interface, error), handle func(watch.Event)) {
+// followWatch runs a watch from rv until ctx ends, handing each event to
+// handle. When the server ends the watch, it resumes from the last resource
+// version seen; while the API server is away (the fault tests stop it) it
+// retries every second; when the server no longer has that version (410
+// Gone, after an API server or etcd restart) it relists and hands every
+// object listed to handle as Modified. It reports whether the watch runs
+// (nil) or why not to setDown.
+func followWatch(ctx context.Context, rv string, start func(rv string) (watch.Interface, error),
+	relist func() (string, []runtime.Object, error), handle func(watch.Event), setDown func(error)) {
+	retry := func(err error) {
+		setDown(err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
 	for ctx.Err() == nil {
+		if rv == "" {
+			var objs []runtime.Object
+			var err error
+			if rv, objs, err = relist(); err != nil {
+				retry(fmt.Errorf("relisting: %w", err))
+				continue
+			}
+			for _, o := range objs {
+				handle(watch.Event{Type: watch.Modified, Object: o})
+			}
+		}
 		w, err := start(rv)
 		if err != nil {
-			if ctx.Err() == nil {
-				m.fail(err)
-			}
-			return
+			retry(err)
+			continue
 		}
+		setDown(nil)
 		for ev := range w.ResultChan() {
 			if ev.Type == watch.Error {
-				if ctx.Err() == nil { // else: the watch ends because we stopped it
-					m.fail(fmt.Errorf("watch error: %v", ev.Object))
+				err := apierrors.FromObject(ev.Object)
+				if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+					rv = ""
 				}
-				w.Stop()
-				return
+				setDown(err)
+				break
 			}
 			if o, ok := ev.Object.(client.Object); ok {
 				rv = o.GetResourceVersion()
@@ -250,12 +283,47 @@ func (m *moves) follow(ctx context.Context, rv string, start func(rv string) (wa
 	}
 }
 
-func (m *moves) fail(err error) {
+// listed returns a list's resource version and items, for followWatch's
+// relist (err is the List call's).
+func listed(list runtime.Object, err error) (string, []runtime.Object, error) {
+	if err != nil {
+		return "", nil, err
+	}
+	items, err := meta.ExtractList(list)
+	if err != nil {
+		return "", nil, err
+	}
+	acc, err := meta.ListAccessor(list)
+	if err != nil {
+		return "", nil, err
+	}
+	return acc.GetResourceVersion(), items, nil
+}
+
+// follow runs followWatch for one stream of the watch; outages go into the
+// timeline, and stop fails the test if the stream is not running then.
+func (m *moves) follow(ctx context.Context, stream, rv string, start func(rv string) (watch.Interface, error),
+	relist func() (string, []runtime.Object, error), handle func(watch.Event)) {
+	followWatch(ctx, rv, start, relist, handle, func(err error) { m.setDown(ctx, stream, err) })
+}
+
+// setDown records whether stream's watch runs (err nil) or why not, noting
+// each change in the timeline; nothing is recorded once ctx has ended (the
+// watch was stopped).
+func (m *moves) setDown(ctx context.Context, stream string, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.err == nil {
-		m.err = err
+	if ctx.Err() != nil {
+		return
 	}
+	was := m.down[stream]
+	switch {
+	case err != nil && was == nil:
+		m.logfLocked("watch of %s interrupted: %v", stream, err)
+	case err == nil && was != nil:
+		m.logfLocked("watch of %s running again", stream)
+	}
+	m.down[stream] = err
 }
 
 func (m *moves) logf(format string, args ...any) {
@@ -280,11 +348,13 @@ func (m *moves) stop(t testing.TB) moveCount {
 	t.Helper()
 	m.cancel()
 	m.wg.Wait()
-	if m.err != nil && !errors.Is(m.err, context.Canceled) {
-		t.Fatalf("watching the announcers: %v", m.err)
-	}
 	c := m.current()
 	t.Logf("announcer changes: %s", c)
+	for stream, err := range m.down {
+		if err != nil {
+			t.Fatalf("the watch of %s was not running when it stopped: %v", stream, err)
+		}
+	}
 	return c
 }
 

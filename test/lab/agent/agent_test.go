@@ -205,6 +205,25 @@ func TestAgentWithAPIServer(t *testing.T) {
 		got = p
 		return p.Status.Phase == corev1.PodRunning && podReady(p), nil
 	})
+	// The node lifecycle controller marks a pod not Ready when its node's
+	// lease went stale (the API server away for longer than the grace
+	// period); the agent, as the kubelet, sets it right again.
+	notReady := got.DeepCopy()
+	for i, c := range notReady.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			notReady.Status.Conditions[i].Status, notReady.Status.Conditions[i].Reason = corev1.ConditionFalse, "NodeNotReady"
+		}
+	}
+	if _, err := client.CoreV1().Pods(ns).UpdateStatus(ctx, notReady, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll("whoami pod Ready again after another component marked it not Ready", func() (bool, error) {
+		p, err := client.CoreV1().Pods(ns).Get(ctx, "whoami-1", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return podReady(p), nil
+	})
 	if got.Status.PodIP != "10.244.78.2" || got.Status.HostIP != "192.0.2.1" {
 		t.Errorf("pod addresses: podIP=%s hostIP=%s", got.Status.PodIP, got.Status.HostIP)
 	}

@@ -579,13 +579,21 @@ func (r *containerRunner) execIn(ctx context.Context, cmd []string) error {
 // the container's mount, network and UTS namespaces with nsenter (a small C
 // program, far cheaper than starting pod-exec, a Go binary with client-go,
 // on a loaded machine where probe timeouts are a second) and gets the
-// container's environment.
+// container's environment. As in a real container, a program the image
+// holds (`kubectl exec ... -- /ironlb status --local`) is the image's: the
+// container sees the host's file system, not the image's, so cmd[0] is
+// looked up in the image's root file system first, then on the host.
 func (r *containerRunner) execCommand(cmd []string) (*exec.Cmd, error) {
 	r.mu.Lock()
 	env, proc := r.execEnv, r.proc
 	r.mu.Unlock()
 	if proc == nil {
 		return nil, fmt.Errorf("container %s is not running", r.spec.Name)
+	}
+	if img, err := r.w.a.images.Lookup(r.spec.Image); err == nil && img.OCI != nil && len(cmd) > 0 {
+		if prog, err := img.OCI.lookup(cmd[0], envValue(env, "PATH")); err == nil {
+			cmd = append([]string{prog}, cmd[1:]...)
+		}
 	}
 	wd := r.spec.WorkingDir
 	if wd == "" {
@@ -596,6 +604,16 @@ func (r *containerRunner) execCommand(cmd []string) (*exec.Cmd, error) {
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	c.Env = env
 	return c, nil
+}
+
+// envValue returns name's value in an environment list ("" if unset).
+func envValue(env []string, name string) string {
+	for i := len(env) - 1; i >= 0; i-- { // the last assignment wins
+		if v, ok := strings.CutPrefix(env[i], name+"="); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // command builds the process that runs prog in the pod's network namespace

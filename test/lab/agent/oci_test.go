@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -215,6 +216,22 @@ func TestOCIImage(t *testing.T) {
 	}
 	if _, _, err := img.Resolve(&corev1.Container{Command: []string{"sh"}}, pathEnv); err == nil || !strings.Contains(err.Error(), "not found in image") {
 		t.Errorf("a command the image lacks (the host has sh): %v", err)
+	}
+
+	// kubectl exec runs the image's program when the image has it (by path or
+	// through the container's PATH), else the host's (sh for exec probes).
+	runner := &containerRunner{w: &podWorker{a: &Agent{images: tbl}}, spec: corev1.Container{Name: "c", Image: "ghcr.io/ironlb/ironlb:0.1.0"},
+		proc: &os.Process{Pid: os.Getpid()}, execEnv: []string{"PATH=/usr/local/bin:/usr/bin"}}
+	for cmd, want := range map[string]string{
+		"/ironlb": filepath.Join(rootfs, "ironlb"), "ironlb-link": filepath.Join(rootfs, "ironlb"), "sh": "sh",
+	} {
+		c, err := runner.execCommand([]string{cmd, "status"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i := slices.Index(c.Args, "--"); i < 0 || c.Args[i+1] != want || c.Args[i+2] != "status" {
+			t.Errorf("exec %s: nsenter %q, want %s status", cmd, c.Args, want)
+		}
 	}
 
 	// The user: the image's, the pod's, the container's; fsGroup and supplementalGroups.

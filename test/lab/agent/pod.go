@@ -65,11 +65,17 @@ func newPodWorker(a *Agent, pod *corev1.Pod) *podWorker {
 	return w
 }
 
+// update takes the API's latest copy of the pod. Its status is checked
+// against what the agent computes, as the kubelet's status manager does:
+// another component may have written it (the node lifecycle controller marks
+// the pods of a node whose lease went stale not Ready, e.g. after the API
+// server was away), and only the agent ever sets it right again.
 func (w *podWorker) update(pod *corev1.Pod) {
 	w.mu.Lock()
 	w.pod = pod.DeepCopy()
 	w.mu.Unlock()
 	signal(w.notify)
+	w.markDirty()
 }
 
 func (w *podWorker) gone() {

@@ -170,14 +170,14 @@ func (l *Lab) controlPlaneProcs(t *labnet.Topology) []Proc {
 	cp := t.ControlPlane()
 	ns := cp.NS()
 	return []Proc{
-		{Name: "etcd", NS: ns, Args: []string{l.bin("etcd"),
+		{Name: ProcEtcd, NS: ns, Args: []string{l.bin("etcd"),
 			"--name=lab", "--data-dir=" + filepath.Join(l.StateDir(), "etcd"),
 			"--listen-client-urls=http://127.0.0.1:2379", "--advertise-client-urls=http://127.0.0.1:2379",
 			"--listen-peer-urls=http://127.0.0.1:2380", "--initial-advertise-peer-urls=http://127.0.0.1:2380",
 			"--initial-cluster=lab=http://127.0.0.1:2380", "--listen-metrics-urls=http://127.0.0.1:2381",
 			// A throw-away cluster: durability is not worth the fsync latency on a shared disk.
 			"--unsafe-no-fsync", "--quota-backend-bytes=1073741824", "--log-level=warn"}},
-		{Name: "kube-apiserver", NS: ns, Args: []string{l.bin("kube-apiserver"),
+		{Name: ProcAPIServer, NS: ns, Args: []string{l.bin("kube-apiserver"),
 			"--advertise-address=" + cp.IP.String(), "--bind-address=0.0.0.0", fmt.Sprintf("--secure-port=%d", APIPort),
 			"--etcd-servers=http://127.0.0.1:2379",
 			"--client-ca-file=" + l.pki("ca.crt"),

@@ -50,8 +50,8 @@ func waitAPIReady(ctx context.Context, c kubernetes.Interface) error {
 	}
 }
 
-// nodeReady reports whether a node's Ready condition is True.
-func nodeReady(n *corev1.Node) bool {
+// NodeReady reports whether a node's Ready condition is True.
+func NodeReady(n *corev1.Node) bool {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			return c.Status == corev1.ConditionTrue
@@ -68,7 +68,7 @@ func (l *Lab) waitNodesReady(ctx context.Context, c kubernetes.Interface, names 
 		ready := map[string]bool{}
 		if err == nil {
 			for i := range list.Items {
-				if nodeReady(&list.Items[i]) {
+				if NodeReady(&list.Items[i]) {
 					ready[list.Items[i].Name] = true
 				}
 			}

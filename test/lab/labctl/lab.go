@@ -112,6 +112,8 @@ type State struct {
 	StartedAt   time.Time `json:"startedAt"`
 	// Ready is set once the whole lab came up; a state without it is a crashed bring-up.
 	Ready bool `json:"ready"`
+	// Prometheus: the lab runs the monitoring host and Prometheus (lab up --prometheus).
+	Prometheus bool `json:"prometheus,omitempty"`
 }
 
 // serviceSubnet is the recorded service CIDR (the default if none or unreadable).
@@ -171,6 +173,9 @@ func (l *Lab) Topology() (*labnet.Topology, error) {
 		return nil, err
 	}
 	t.ServiceSubnet = s.serviceSubnet()
+	if s.Prometheus {
+		t.AddPrometheus()
+	}
 	return t, nil
 }
 

@@ -2,11 +2,14 @@ package labctl
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/ironlb/ironlb/test/lab/agent"
@@ -116,5 +119,66 @@ func TestImageTable(t *testing.T) {
 		if tbl.Images[img].Program == "" {
 			t.Errorf("%s: %+v, want a stand-in program", img, tbl.Images[img])
 		}
+	}
+}
+
+func TestParseSignal(t *testing.T) {
+	for in, want := range map[string]syscall.Signal{"TERM": syscall.SIGTERM, "sigterm": syscall.SIGTERM, "KILL": syscall.SIGKILL, "SIGKILL": syscall.SIGKILL} {
+		if got, err := ParseSignal(in); err != nil || got != want {
+			t.Errorf("ParseSignal(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "HUP", "9", "STOP"} {
+		if _, err := ParseSignal(in); err == nil || !strings.Contains(err.Error(), "want TERM or KILL") {
+			t.Errorf("ParseSignal(%q) error = %v, want one naming TERM and KILL", in, err)
+		}
+	}
+}
+
+// StopProcess stops the process a lab pid file names and waits for it; StartProcess refuses a
+// running one; unknown names are rejected with the list of the lab's processes.
+func TestStopStartProcess(t *testing.T) {
+	l := New(t.TempDir(), io.Discard)
+	if err := os.MkdirAll(l.PidDir(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// A process that ignores SIGTERM would take stopGrace; sleep does not.
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	go func() { _ = cmd.Wait() }() // reap it, as lab up's start does
+	pid := cmd.Process.Pid
+	if err := os.WriteFile(l.pidFile(ProcEtcd), fmt.Appendf(nil, "%d %d\n", pid, startTime(pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.StartProcess(ctx, ProcEtcd); err == nil || !strings.Contains(err.Error(), "already running") {
+		t.Errorf("StartProcess of a running process: %v, want already running", err)
+	}
+	if err := l.StopProcess(ctx, ProcEtcd, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if alive(pid) {
+		t.Errorf("pid %d still alive after StopProcess", pid)
+	}
+	if err := l.StopProcess(ctx, ProcEtcd, syscall.SIGTERM); err == nil || !strings.Contains(err.Error(), "not running") {
+		t.Errorf("StopProcess of a stopped process: %v, want not running", err)
+	}
+	if err := l.StopProcess(ctx, ProcAPIServer, syscall.SIGTERM); err == nil || !strings.Contains(err.Error(), "not running") {
+		t.Errorf("StopProcess without a pid file: %v, want not running", err)
+	}
+	for _, name := range []string{"forward", "kube-proxy-nonode", "sshd"} {
+		err := l.StopProcess(ctx, name, syscall.SIGKILL)
+		if err == nil || !strings.Contains(err.Error(), "no lab process") || !strings.Contains(err.Error(), "lab-agent-myk8s-worker3") {
+			t.Errorf("StopProcess(%q): %v, want an error listing the lab's processes", name, err)
+		}
+		if err := l.StartProcess(ctx, name); err == nil || !strings.Contains(err.Error(), "no lab process") {
+			t.Errorf("StartProcess(%q): %v, want no lab process", name, err)
+		}
+	}
+	if err := l.StopProcess(ctx, ProcEtcd, syscall.SIGHUP); err == nil {
+		t.Errorf("StopProcess with SIGHUP succeeded")
 	}
 }

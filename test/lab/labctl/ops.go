@@ -17,7 +17,7 @@ import (
 	"github.com/ironlb/ironlb/test/lab/labnet"
 )
 
-// hostNS resolves a host name (mypc, a node name, a lab namespace name or one of the lab's
+// hostNS resolves a host name (mypc, prometheus, a node name, a lab namespace name or one of the lab's
 // pod namespaces) to its namespace.
 func (l *Lab) hostNS(host string) (string, error) {
 	if labnet.IsLabNS(host) && labnet.NSExists(host) {
@@ -34,7 +34,7 @@ func (l *Lab) hostNS(host string) (string, error) {
 	if labnet.IsLabNS(ns) && labnet.NSExists(ns) {
 		return ns, nil
 	}
-	return "", fmt.Errorf("no lab host %q (namespace %s does not exist); hosts are mypc and the node names, see `lab status`", host, ns)
+	return "", fmt.Errorf("no lab host %q (namespace %s does not exist); hosts are mypc, the node names and (lab up --prometheus) prometheus, see `lab status`", host, ns)
 }
 
 // Command returns a command that runs argv on a lab host (see Exec).
@@ -134,27 +134,10 @@ func (l *Lab) RestoreNode(ctx context.Context, name string) error {
 		if _, err := os.Stat(l.pidFile(p.Name)); err != nil && strings.HasPrefix(p.Name, "lab-agent-") {
 			continue // the lab runs without agents (lab up --no-agent)
 		}
-		if _, err := l.start(p); err != nil {
+		if err := l.startAndWait(ctx, p); err != nil {
 			return err
 		}
 		started = append(started, p.Name)
-		if p.Name == "etcd" {
-			if err := waitEtcd(ctx, h.NS()); err != nil {
-				return err
-			}
-		}
-		if p.Name == "kube-apiserver" {
-			c, err := l.Client()
-			if err != nil {
-				return err
-			}
-			actx, cancel := context.WithTimeout(ctx, 60*time.Second)
-			err = waitAPIReady(actx, c)
-			cancel()
-			if err != nil {
-				return err
-			}
-		}
 	}
 	l.printf("restored %s: link up, started %s\n", name, strings.Join(started, ", "))
 	return nil
@@ -289,7 +272,7 @@ func (l *Lab) Status(ctx context.Context) error {
 		if _, ok := n.Labels[ControlPlaneRole]; ok {
 			role = "control-plane"
 		}
-		fmt.Fprintf(&rows, "%s\t%v\t%s\t%s\t%s\n", n.Name, nodeReady(n), strings.Join(ips, ","), strings.Join(n.Spec.PodCIDRs, ","), role)
+		fmt.Fprintf(&rows, "%s\t%v\t%s\t%s\t%s\n", n.Name, NodeReady(n), strings.Join(ips, ","), strings.Join(n.Spec.PodCIDRs, ","), role)
 	}
 	l.printTable(rows.String())
 	if len(nodes.Items) == 0 {

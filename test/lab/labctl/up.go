@@ -33,6 +33,9 @@ type UpOptions struct {
 	ServiceCIDR string
 	// IPFamily is labnet.FamilyDual (""; the default) or labnet.FamilyIPv4.
 	IPFamily string
+	// Prometheus also runs Prometheus on its own host (labnet.PrometheusName), scraping
+	// ironlb's pods (see startPrometheus). Asked of a running lab without it, it is added.
+	Prometheus bool
 }
 
 // Up brings the lab up. If a complete lab with the same worker count is running, it only
@@ -59,6 +62,9 @@ func (l *Lab) Up(ctx context.Context, opts UpOptions) error {
 	if topo.ServiceSubnet, err = labnet.ParseServiceSubnet(opts.ServiceCIDR); err != nil {
 		return err
 	}
+	if opts.Prometheus {
+		topo.AddPrometheus()
+	}
 	if err := l.EnsurePrerequisites(ctx); err != nil {
 		return err
 	}
@@ -81,6 +87,11 @@ func (l *Lab) Up(ctx context.Context, opts UpOptions) error {
 					st.Workers, st.ProxyMode, st.serviceSubnet(), st.ipFamily(), opts.Workers, opts.ProxyMode, topo.ServiceSubnet, topo.Family)
 			}
 			l.printf("The lab is already running (since %s).\n\n", st.StartedAt.Local().Format(time.Kitchen))
+			if opts.Prometheus && !st.Prometheus {
+				if err := l.addPrometheus(ctx, topo, st); err != nil {
+					return err
+				}
+			}
 			return l.Status(ctx)
 		}
 		l.printf("The recorded lab is not healthy (%v); recreating it.\n", herr)
@@ -137,7 +148,8 @@ func (l *Lab) up(ctx context.Context, topo *labnet.Topology, opts UpOptions) err
 		_ = lis.Close() // the error above is the one to report
 		return err
 	}
-	state := &State{Workers: opts.Workers, ProxyMode: opts.ProxyMode, ServiceCIDR: topo.ServiceSubnet.String(), IPFamily: topo.Family, ForwardAddr: lis.Addr().String(), StartedAt: time.Now()}
+	state := &State{Workers: opts.Workers, ProxyMode: opts.ProxyMode, ServiceCIDR: topo.ServiceSubnet.String(), IPFamily: topo.Family, ForwardAddr: lis.Addr().String(),
+		StartedAt: time.Now(), Prometheus: opts.Prometheus}
 	if err := l.writeState(state); err != nil {
 		_ = lis.Close() // the error above is the one to report
 		return err
@@ -155,20 +167,11 @@ func (l *Lab) up(ctx context.Context, topo *labnet.Topology, opts UpOptions) err
 	done = l.step("starting etcd and kube-apiserver in %s", topo.ControlPlane().NS())
 	cp := l.controlPlaneProcs(topo)
 	for _, p := range cp[:2] {
-		if _, err := l.start(p); err != nil {
+		if err := l.startAndWait(ctx, p); err != nil {
 			return err
 		}
 	}
-	if err := waitEtcd(ctx, topo.ControlPlane().NS()); err != nil {
-		return err
-	}
 	client, err := l.Client()
-	if err != nil {
-		return err
-	}
-	actx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	err = waitAPIReady(actx, client)
-	cancel()
 	if err != nil {
 		return err
 	}
@@ -225,8 +228,40 @@ func (l *Lab) up(ctx context.Context, topo *labnet.Topology, opts UpOptions) err
 	}
 	done()
 
+	if opts.Prometheus {
+		done = l.step("starting Prometheus on %s (%s)", labnet.PrometheusName, PrometheusURL())
+		if err := l.startPrometheus(ctx, topo, client); err != nil {
+			return err
+		}
+		done()
+	}
+
 	state.Ready = true
 	return l.writeState(state)
+}
+
+// addPrometheus adds the monitoring host and Prometheus to a running lab.
+func (l *Lab) addPrometheus(ctx context.Context, topo *labnet.Topology, st *State) error {
+	done := l.step("adding the %s host and starting Prometheus (%s)", labnet.PrometheusName, PrometheusURL())
+	h, _ := topo.Host(labnet.PrometheusName)
+	if !labnet.NSExists(h.NS()) {
+		if err := topo.BuildHost(ctx, h); err != nil {
+			return err
+		}
+	}
+	client, err := l.Client()
+	if err != nil {
+		return err
+	}
+	if err := l.startPrometheus(ctx, topo, client); err != nil {
+		return err
+	}
+	st.Prometheus = true
+	if err := l.writeState(st); err != nil {
+		return err
+	}
+	done()
+	return nil
 }
 
 // hasLeftovers reports whether anything of a previous lab exists.
@@ -341,6 +376,14 @@ func (l *Lab) startForwarder(lis net.Listener, topo *labnet.Topology) error {
 
 // waitEtcd polls etcd's /health inside the control-plane namespace.
 func waitEtcd(ctx context.Context, ns string) error {
+	if err := waitHTTPOK(ctx, ns, "http://127.0.0.1:2379/health", 30*time.Second); err != nil {
+		return fmt.Errorf("etcd not healthy: %w", err)
+	}
+	return nil
+}
+
+// waitHTTPOK polls url from inside namespace ns until it answers 200 OK.
+func waitHTTPOK(ctx context.Context, ns, url string, timeout time.Duration) error {
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
 			ap, err := netip.ParseAddrPort(addr)
@@ -351,10 +394,10 @@ func waitEtcd(ctx context.Context, ns string) error {
 		},
 	}}
 	defer hc.CloseIdleConnections()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(timeout)
 	var last error
 	for time.Now().Before(deadline) {
-		resp, err := hc.Get("http://127.0.0.1:2379/health")
+		resp, err := hc.Get(url)
 		if err == nil {
 			_ = resp.Body.Close() // the status is the answer
 			if resp.StatusCode == http.StatusOK {
@@ -369,7 +412,7 @@ func waitEtcd(ctx context.Context, ns string) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	return fmt.Errorf("etcd not healthy after 30s: %w", last)
+	return fmt.Errorf("%s not OK after %s: %w", url, timeout, last)
 }
 
 // checkIptables verifies that the iptables kube-proxy will use works inside a namespace.

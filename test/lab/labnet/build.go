@@ -27,14 +27,15 @@ func (t *Topology) Build(ctx context.Context) error {
 		_ = Sysctl(t.SwitchNS(), k, "0")
 	}
 	for _, h := range t.Hosts {
-		if err := t.buildHost(ctx, h); err != nil {
+		if err := t.BuildHost(ctx, h); err != nil {
 			return fmt.Errorf("building host %s: %w", h.Name, err)
 		}
 	}
 	return nil
 }
 
-func (t *Topology) buildHost(ctx context.Context, h Host) error {
+// BuildHost creates one host's namespace and wires it to the switch (which must exist).
+func (t *Topology) BuildHost(ctx context.Context, h Host) error {
 	ns := h.NS()
 	if _, err := IP(ctx, "netns", "add", ns); err != nil {
 		return err
@@ -93,6 +94,8 @@ func (t *Topology) ConnectHost(ctx context.Context, h Host) error {
 		for _, s := range t.ServiceSubnets() {
 			steps = append(steps, []string{"-n", ns, "route", "replace", s.String(), "dev", HostIf})
 		}
+	}
+	if h.Node || h.ReachesPods {
 		// Direct routing: every node reaches the other nodes' pod CIDRs through their node IP.
 		for _, o := range t.Nodes() {
 			if o.Name == h.Name {

@@ -32,6 +32,9 @@ const (
 	ControlPlaneName = "myk8s-control-plane"
 	// ClientName is the host outside the cluster.
 	ClientName = "mypc"
+	// PrometheusName is the monitoring host (lab up --prometheus): outside the cluster
+	// like mypc, with routes to the pod CIDRs so it can scrape pods.
+	PrometheusName = "prometheus"
 	// MaxWorkers bounds the worker count so every host keeps an address below mypc's.
 	MaxWorkers = 90
 )
@@ -55,6 +58,8 @@ var (
 	PodSubnet6 = netip.MustParsePrefix("fd00:10:10::/56")
 	// ServiceSubnet6 is the IPv6 service CIDR of a dual-stack lab.
 	ServiceSubnet6 = netip.MustParsePrefix("fd00:10:200::/112")
+	// PrometheusIP is the monitoring host's address.
+	PrometheusIP = netip.MustParseAddr("172.18.0.101")
 )
 
 // IP families the lab can run.
@@ -96,6 +101,9 @@ type Host struct {
 	Node bool
 	// ControlPlane is true for the control-plane node.
 	ControlPlane bool
+	// ReachesPods is true for a host outside the cluster that routes every node's pod
+	// CIDR via that node, as the nodes do (the monitoring host scrapes pod IPs).
+	ReachesPods bool
 
 	nsPrefix string
 }
@@ -214,6 +222,16 @@ func NewWithPrefix(workers int, prefix, family string) (*Topology, error) {
 	return t, nil
 }
 
+// AddPrometheus adds the monitoring host (PrometheusName, PrometheusIP) to the topology.
+func (t *Topology) AddPrometheus() {
+	if _, ok := t.Host(PrometheusName); ok {
+		return
+	}
+	h := t.newHost(PrometheusName, PrometheusIP.As4()[3], -1, false)
+	h.ReachesPods = true
+	t.Hosts = append(t.Hosts, h)
+}
+
 // SwitchNS is the namespace holding the bridge.
 func (t *Topology) SwitchNS() string { return t.Prefix + "sw" }
 
@@ -275,9 +293,10 @@ func (t *Topology) Host(name string) (Host, bool) {
 // ControlPlane returns the control-plane node.
 func (t *Topology) ControlPlane() Host { return t.Hosts[0] }
 
-// labNSPattern matches the host namespaces of the lab: the switch, the nodes (myk8s-*) and
-// mypc. Other "ilb-" namespaces, such as ones a unit test makes, are not the lab's.
-var labNSPattern = regexp.MustCompile(`^ilb-(sw|mypc|myk8s-[a-z0-9-]+)$`)
+// labNSPattern matches the host namespaces of the lab: the switch, the nodes (myk8s-*), mypc
+// and the monitoring host. Other "ilb-" namespaces, such as ones a unit test makes, are not
+// the lab's.
+var labNSPattern = regexp.MustCompile(`^ilb-(sw|mypc|prometheus|myk8s-[a-z0-9-]+)$`)
 
 // IsLabNS reports whether a namespace name is one of the lab's host namespaces.
 func IsLabNS(name string) bool { return labNSPattern.MatchString(name) }

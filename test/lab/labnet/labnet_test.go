@@ -47,11 +47,22 @@ func TestTopologyNames(t *testing.T) {
 	if _, err := New(MaxWorkers + 1); err == nil {
 		t.Errorf("New(%d) succeeded, want an error", MaxWorkers+1)
 	}
+
+	topo.AddPrometheus()
+	topo.AddPrometheus() // idempotent
+	p, ok := topo.Host(PrometheusName)
+	if !ok || len(topo.Hosts) != len(want)+1 || p.IP.String() != "172.18.0.101" || p.MAC != "02:42:ac:12:00:65" ||
+		p.Node || !p.ReachesPods || !IsLabNS(p.NS()) {
+		t.Errorf("after AddPrometheus: %d hosts, prometheus host %+v (found %v)", len(topo.Hosts), p, ok)
+	}
+	if got := len(topo.Nodes()); got != 5 {
+		t.Errorf("after AddPrometheus Nodes() has %d hosts, want 5", got)
+	}
 }
 
 func TestOwnership(t *testing.T) {
 	for name, want := range map[string]bool{
-		"ilb-sw": true, "ilb-mypc": true, "ilb-myk8s-worker12": true, "ilb-p-0123abcd": false,
+		"ilb-sw": true, "ilb-mypc": true, "ilb-prometheus": true, "ilb-myk8s-worker12": true, "ilb-p-0123abcd": false,
 		"ilb-l2test": false, "ilb-p-xyz": false, "ilb-swx": false, "other": false,
 	} {
 		if got := IsLabNS(name); got != want {

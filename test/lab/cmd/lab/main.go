@@ -68,7 +68,8 @@ func newRoot() *cobra.Command {
 		Long: `lab brings up the walkthrough's cluster without a container engine: a control plane
 (172.18.0.2) and workers (172.18.0.3...) as network namespaces on a bridge, real etcd,
 kube-apiserver, kube-controller-manager, kube-scheduler and kube-proxy, the lab's node agent
-in place of the kubelet, and a client host mypc (172.18.0.100) on the same segment.`,
+in place of the kubelet, and a client host mypc (172.18.0.100) on the same segment; with
+--prometheus, a host "prometheus" (172.18.0.101) running Prometheus.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -93,6 +94,8 @@ in place of the kubelet, and a client host mypc (172.18.0.100) on the same segme
 	upCmd.Flags().StringVar(&up.ProxyMode, "proxy-mode", labctl.ProxyIptables, "kube-proxy mode: iptables or nftables")
 	upCmd.Flags().BoolVar(&up.NoAgent, "no-agent", false, "start no node agents (network and control plane only; for debugging the lab)")
 	upCmd.Flags().DurationVar(&up.NodesTimeout, "nodes-timeout", 0, "how long to wait for the nodes to be Ready (default 90s)")
+	upCmd.Flags().BoolVar(&up.Prometheus, "prometheus", os.Getenv("LAB_PROMETHEUS") == "1",
+		"also run Prometheus on its own host (172.18.0.101:9090), scraping ironlb's pods (default from LAB_PROMETHEUS=1)")
 
 	var down labctl.DownOptions
 	downCmd := &cobra.Command{
@@ -125,7 +128,7 @@ in place of the kubelet, and a client host mypc (172.18.0.100) on the same segme
 
 	execCmd := &cobra.Command{
 		Use:   "exec HOST -- CMD [ARGS...]",
-		Short: "run a command on a lab host (mypc or a node name) in its network namespace",
+		Short: "run a command on a lab host (mypc, prometheus or a node name) in its network namespace",
 		Args:  cobra.MinimumNArgs(2),
 		RunE: func(c *cobra.Command, args []string) error {
 			l, err := lab()
@@ -165,6 +168,40 @@ in place of the kubelet, and a client host mypc (172.18.0.100) on the same segme
 				return err
 			}
 			return l.RestoreNode(c.Context(), args[0])
+		},
+	}
+
+	var signal string
+	stopCmd := &cobra.Command{
+		Use:   "stop PROCESS",
+		Short: "stop one lab process (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy-NODE, lab-agent-NODE) and wait until it has exited",
+		Long: `stop sends the process its signal (TERM: a clean stop; KILL: a crash) and waits until it
+has exited (SIGKILL after 30 s if TERM is not enough). Nothing restarts it: ` + "`lab start PROCESS`" + ` does,
+as lab up started it. The e2e suite uses it to take the API server or etcd away while traffic runs.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			sig, err := labctl.ParseSignal(signal)
+			if err != nil {
+				return err
+			}
+			l, err := lab()
+			if err != nil {
+				return err
+			}
+			return l.StopProcess(c.Context(), args[0], sig)
+		},
+	}
+	stopCmd.Flags().StringVarP(&signal, "signal", "s", "TERM", "TERM or KILL")
+	startCmd := &cobra.Command{
+		Use:   "start PROCESS",
+		Short: "start a stopped lab process as lab up does (waits until etcd is healthy, the API server ready)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			l, err := lab()
+			if err != nil {
+				return err
+			}
+			return l.StartProcess(c.Context(), args[0])
 		},
 	}
 
@@ -235,6 +272,6 @@ in place of the kubelet, and a client host mypc (172.18.0.100) on the same segme
 	forwardCmd.Flags().StringVar(&fwd.netns, "netns", "", "network namespace to dial from")
 	forwardCmd.Flags().StringVar(&fwd.target, "target", "", "address to dial, IP:PORT")
 
-	cmd.AddCommand(upCmd, downCmd, statusCmd, execCmd, killCmd, restoreCmd, logsCmd, envCmd, forwardCmd)
+	cmd.AddCommand(upCmd, downCmd, statusCmd, execCmd, killCmd, restoreCmd, stopCmd, startCmd, logsCmd, envCmd, forwardCmd)
 	return cmd
 }

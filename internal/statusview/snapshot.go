@@ -1,0 +1,171 @@
+// Package statusview is what `ironlb status` (kubectl ironlb status) shows:
+// the snapshot each speaker serves of what it sees, and the pure merge of
+// every speaker's snapshot into one report with the problems found.
+//
+// A speaker's snapshot is read, never recomputed: the ownership engine's
+// claims and node states, the memberlist view, what the announcer was told,
+// conflicts and recent owner changes are copied out as they are. Only the
+// per-node reasons a node left out by the configuration (election.Explain)
+// are derived, by the speaker, from its own informer cache.
+package statusview
+
+import "time"
+
+// SchemaVersion is the version of Snapshot's JSON form. A reader refuses a
+// snapshot of another version rather than misread it; fields are only ever
+// added within a version.
+const SchemaVersion = 1
+
+// Path is where a speaker serves its Snapshot: on its health server, to
+// loopback clients only (`ironlb status --local` in its container).
+const Path = "/status"
+
+// Snapshot is one speaker's view (GET /status on its health server,
+// `ironlb status --local`).
+type Snapshot struct {
+	SchemaVersion int       `json:"schemaVersion"`
+	Node          string    `json:"node"`
+	Time          time.Time `json:"time"`
+	// Synced: the speaker decides ownership (false while it starts and
+	// learns the current owners from its peers).
+	Synced bool `json:"synced"`
+	// Memberlist: false with --disable-memberlist (liveness is the Nodes'
+	// Ready condition; there are no members to compare).
+	Memberlist bool `json:"memberlist"`
+	// HealthScore is memberlist's Lifeguard score of this speaker (0 is
+	// healthy; higher means it is missing acks itself).
+	HealthScore int `json:"healthScore,omitempty"`
+	// Members is this speaker's memberlist view, sorted by name.
+	Members []Member `json:"members,omitempty"`
+	// Nodes is what this speaker's ownership engine knows of every node.
+	Nodes []Node `json:"nodes,omitempty"`
+	// Interfaces are the interfaces this node answers ARP/NDP on.
+	Interfaces []string `json:"interfaces,omitempty"`
+	// Services are the LoadBalancer Services the speaker knows (those the
+	// filter selected), sorted by name.
+	Services []Service `json:"services"`
+	// Proxies are the held nodes this node answers for with their MAC.
+	Proxies []Proxy `json:"proxies,omitempty"`
+	// Changes are this speaker's recent owner changes, oldest first.
+	Changes []Change `json:"changes,omitempty"`
+}
+
+// Member is one memberlist member.
+type Member struct {
+	Name  string `json:"name"`
+	Addr  string `json:"addr,omitempty"`
+	State string `json:"state"` // alive or suspect
+}
+
+// Node is what a speaker's ownership engine knows of one node.
+type Node struct {
+	Name string `json:"name"`
+	// Speaker: alive, suspect or gone (not a member).
+	Speaker string `json:"speaker"`
+	// Path: the data-path verdict, up, down or unknown (not probed).
+	Path string `json:"path"`
+	// Held: its speaker is away but it keeps its IPs (hold time running,
+	// data path not down); Deputy answers for it.
+	Held   bool   `json:"held,omitempty"`
+	Deputy string `json:"deputy,omitempty"`
+	// Owned is how many keys it owns.
+	Owned int `json:"owned"`
+}
+
+// Node speaker states and data-path verdicts, as ownership spells them.
+const (
+	SpeakerAlive   = "alive"
+	SpeakerSuspect = "suspect"
+	SpeakerGone    = "gone"
+	PathDown       = "down"
+)
+
+// Service is what a speaker knows of one LoadBalancer Service.
+type Service struct {
+	// Name is namespace/name.
+	Name string   `json:"name"`
+	IPs  []string `json:"ips,omitempty"`
+	Pool string   `json:"pool,omitempty"`
+	// Reason no node announces the Service; "" when some node may.
+	Reason string `json:"reason,omitempty"`
+	// Owner and Epoch are this speaker's replica of the key's claim;
+	// Serving says whether the owner may keep it (eligible, not down, not
+	// away past the hold time).
+	Owner   string `json:"owner,omitempty"`
+	Epoch   uint64 `json:"epoch,omitempty"`
+	Serving bool   `json:"serving,omitempty"`
+	// Candidates are the nodes the configuration allows, in election order:
+	// the highest preference score first (preferredNodeSelectors), then the
+	// hash order of the key, in which they take a failed owner's IP.
+	Candidates []string `json:"candidates,omitempty"`
+	// Excluded are the other nodes, with why the configuration leaves them
+	// out (election.Node* reasons).
+	Excluded map[string]string `json:"excluded,omitempty"`
+	// Announcing: this node answers ARP/NDP for the IPs.
+	Announcing bool `json:"announcing,omitempty"`
+	// Interfaces this node answers on when it owns the Service (none
+	// listed: AllInterfaces); MissingInterfaces: none of them exists here.
+	AllInterfaces     bool     `json:"allInterfaces,omitempty"`
+	Interfaces        []string `json:"interfaces,omitempty"`
+	MissingInterfaces bool     `json:"missingInterfaces,omitempty"`
+	// Conflict is the last other host seen answering for an IP this node
+	// announces (kept for a minute).
+	Conflict *Conflict `json:"conflict,omitempty"`
+}
+
+// Key is the Service's ownership key, its first IP.
+func (s Service) Key() string {
+	if len(s.IPs) == 0 {
+		return ""
+	}
+	return s.IPs[0]
+}
+
+// Conflict is another host answering for an announced IP.
+type Conflict struct {
+	IP        string    `json:"ip"`
+	MAC       string    `json:"mac"`
+	Interface string    `json:"interface"`
+	Last      time.Time `json:"last"`
+}
+
+// Proxy is a held node a deputy answers for.
+type Proxy struct {
+	Node string   `json:"node"`
+	IPs  []string `json:"ips"`
+}
+
+// Change is one key changing owner, as a speaker saw it.
+type Change struct {
+	Time     time.Time `json:"time"`
+	Key      string    `json:"key"`
+	Services []string  `json:"services,omitempty"`
+	From     string    `json:"from,omitempty"`
+	To       string    `json:"to"`
+	Epoch    uint64    `json:"epoch"`
+	// Reason is ownership's: placed, ownerDataPathDown, holdExpired,
+	// ownerIneligible, failback, or learned (from a peer's claim).
+	Reason string `json:"reason"`
+}
+
+// Filter selects Services: by namespace/name, or by one of their IPs.
+type Filter struct {
+	Service string `json:"service,omitempty"`
+	IP      string `json:"ip,omitempty"`
+}
+
+// Match reports whether a Service with name and ips passes the filter.
+func (f Filter) Match(name string, ips []string) bool {
+	if f.Service != "" && f.Service != name {
+		return false
+	}
+	if f.IP != "" {
+		for _, ip := range ips {
+			if ip == f.IP {
+				return true
+			}
+		}
+		return false
+	}
+	return true
+}

@@ -1,0 +1,242 @@
+package speaker
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/ironlb/ironlb/internal/election"
+	"github.com/ironlb/ironlb/internal/membership"
+	"github.com/ironlb/ironlb/internal/ownership"
+	"github.com/ironlb/ironlb/internal/statusview"
+)
+
+// changeHistory is how many owner changes a speaker keeps for `ironlb
+// status` (in memory only, lost on restart: the log has them all).
+const changeHistory = 50
+
+// recordChangeLocked keeps ch in the bounded history.
+func (o *owners) recordChangeLocked(now time.Time, ch ownership.Change) {
+	c := statusview.Change{Time: now, Key: ch.Key, Services: o.servicesOfLocked(ch.Key), From: ch.From, To: ch.To,
+		Epoch: ch.Epoch, Reason: string(ch.Reason)}
+	if len(o.changes) < changeHistory {
+		o.changes = append(o.changes, c)
+		return
+	}
+	// A ring: changeNext is the oldest entry.
+	o.changes[o.changeNext] = c
+	o.changeNext = (o.changeNext + 1) % changeHistory
+}
+
+// serviceView is what owners copies out for one Service of a snapshot.
+type serviceView struct {
+	name       string
+	in         Input
+	owner      string
+	epoch      uint64
+	serving    bool
+	announcing bool
+}
+
+// ownersView is the part of a snapshot the ownership layer holds.
+type ownersView struct {
+	synced   bool
+	services []serviceView
+	nodes    []statusview.Node
+	proxies  []statusview.Proxy
+	changes  []statusview.Change
+}
+
+// view copies out, under the lock, what a snapshot shows of the Services
+// f selects. It copies references to the Services' inputs, which are never
+// modified in place, and leaves every derived field (election order,
+// exclusions) to the caller, outside the lock.
+func (o *owners) view(f statusview.Filter) ownersView {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	v := ownersView{synced: o.eng.Synced()}
+	for name, e := range o.services {
+		if f.Service != "" && f.Service != name {
+			continue
+		}
+		if f.IP != "" && !slices.ContainsFunc(e.in.IPs, func(ip netip.Addr) bool { return ip.String() == f.IP }) {
+			continue
+		}
+		sv := serviceView{name: name, in: e.in}
+		if k := e.in.Key(); k != "" {
+			if c, ok := o.eng.Claim(k); ok {
+				sv.owner, sv.epoch = c.Owner, c.Epoch
+			}
+			_, sv.serving = o.eng.Owner(k)
+		}
+		_, sv.announcing = o.announced[name]
+		v.services = append(v.services, sv)
+	}
+	for _, n := range o.eng.Nodes() {
+		sp, path := o.eng.Speaker(n)
+		nd := statusview.Node{Name: n, Speaker: sp.String(), Path: path.String(), Held: o.eng.Held(n), Owned: o.eng.Load(n)}
+		if nd.Held {
+			nd.Deputy = o.eng.Deputy(n)
+		}
+		v.nodes = append(v.nodes, nd)
+	}
+	for n, p := range o.proxies {
+		ips := make([]string, 0, len(p.ips))
+		for _, ip := range p.ips {
+			ips = append(ips, ip.String())
+		}
+		v.proxies = append(v.proxies, statusview.Proxy{Node: n, IPs: ips})
+	}
+	v.changes = append(slices.Clone(o.changes[o.changeNext:]), o.changes[:o.changeNext]...)
+	return v
+}
+
+// statusSource assembles a speaker's snapshot from the parts that hold it.
+type statusSource struct {
+	self      string
+	own       *owners
+	ann       announcer
+	ml        *membership.List // nil without memberlist
+	conflicts *conflicts
+	// exclusions returns, by Service, why the configuration leaves out
+	// the nodes that may not announce it (the speaker's cache).
+	exclusions func(ctx context.Context, services []string) map[string]map[string]string
+}
+
+// Snapshot returns what this speaker sees of the Services f selects.
+func (s *statusSource) Snapshot(ctx context.Context, f statusview.Filter) statusview.Snapshot {
+	v := s.own.view(f)
+	snap := statusview.Snapshot{
+		SchemaVersion: statusview.SchemaVersion, Node: s.self, Time: time.Now().UTC(), Synced: v.synced,
+		Memberlist: s.ml != nil, Nodes: v.nodes, Interfaces: s.ann.Interfaces(), Services: []statusview.Service{},
+	}
+	if s.ml != nil {
+		snap.HealthScore = s.ml.HealthScore()
+		for _, m := range s.ml.States() {
+			st := statusview.SpeakerAlive
+			if m.State == membership.StateSuspect {
+				st = statusview.SpeakerSuspect
+			}
+			snap.Members = append(snap.Members, statusview.Member{Name: m.Name, Addr: m.Addr, State: st})
+		}
+	}
+	names := make([]string, 0, len(v.services))
+	keys := map[string]bool{}
+	for _, sv := range v.services {
+		names = append(names, sv.name)
+		keys[sv.in.Key()] = true
+	}
+	var excl map[string]map[string]string
+	if s.exclusions != nil {
+		excl = s.exclusions(ctx, names)
+	}
+	for _, sv := range v.services {
+		snap.Services = append(snap.Services, s.service(sv, snap.Interfaces, excl[sv.name]))
+	}
+	slices.SortFunc(snap.Services, func(a, b statusview.Service) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(v.proxies, func(a, b statusview.Proxy) int { return strings.Compare(a.Node, b.Node) })
+	snap.Proxies = v.proxies
+	for _, c := range v.changes {
+		if (f == statusview.Filter{}) || keys[c.Key] {
+			snap.Changes = append(snap.Changes, c)
+		}
+	}
+	return snap
+}
+
+// service turns one Service's view into its snapshot entry.
+func (s *statusSource) service(sv serviceView, have []string, excluded map[string]string) statusview.Service {
+	in := sv.in
+	out := statusview.Service{
+		Name: sv.name, Pool: in.Pool, Reason: in.Reason, Owner: sv.owner, Epoch: sv.epoch, Serving: sv.serving,
+		Announcing: sv.announcing, Excluded: excluded,
+	}
+	for _, ip := range in.IPs {
+		out.IPs = append(out.IPs, ip.String())
+	}
+	if in.Reason == "" {
+		// Election order: the highest preference score first
+		// (preferredNodeSelectors), then the key's hash order, as the
+		// ownership engine places a failed owner's IP.
+		out.Candidates = election.Rank(in.Key(), in.Eligible)
+		slices.SortStableFunc(out.Candidates, func(a, b string) int { return cmp.Compare(in.Scores[b], in.Scores[a]) })
+	}
+	if in.Self {
+		out.AllInterfaces, out.Interfaces = in.AllInterfaces, in.Interfaces
+		// As checkInterfacesLocked: an announcer that lists no interface
+		// yet (still scanning) is not taken for one that lacks them.
+		out.MissingInterfaces = !in.AllInterfaces && len(have) > 0 &&
+			!slices.ContainsFunc(in.Interfaces, func(i string) bool { return slices.Contains(have, i) })
+	}
+	if c, ok := s.conflicts.get(sv.name); ok {
+		out.Conflict = &statusview.Conflict{IP: c.IP.String(), MAC: c.MAC.String(), Interface: c.Interface, Last: c.last.UTC()}
+	}
+	return out
+}
+
+// ServeHTTP serves GET statusview.Path?service=ns/name&ip=addr to loopback
+// clients: the snapshot names Services, IPs and nodes, which the health
+// server's other endpoints do not, so a health server bound to every
+// address (--health-probe-host "") does not hand it to the network.
+func (s *statusSource) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		http.Error(w, "only GET", http.StatusMethodNotAllowed)
+		return
+	}
+	if !loopback(r.RemoteAddr) {
+		http.Error(w, "the status snapshot is served to loopback clients only (run `ironlb status --local` in the speaker's container)", http.StatusForbidden)
+		return
+	}
+	f := statusview.Filter{Service: r.URL.Query().Get("service")}
+	if ip := r.URL.Query().Get("ip"); ip != "" {
+		a, err := netip.ParseAddr(ip)
+		if err != nil {
+			http.Error(w, "query parameter ip="+ip+": not an IP address", http.StatusBadRequest)
+			return
+		}
+		f.IP = a.Unmap().String()
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(s.Snapshot(ctx, f)) // a client gone mid-answer has nothing to be told
+}
+
+func loopback(remote string) bool {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		return false
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.Unmap().IsLoopback()
+}
+
+// exclusions computes, from the cache, why each node may not announce each
+// of services (Exclusions), reading the cluster-wide inputs once.
+func (r *serviceReconciler) exclusions(ctx context.Context, services []string) map[string]map[string]string {
+	snap, err := r.snapshot(ctx)
+	if err != nil {
+		r.log.V(1).Info("status: cannot read the configuration and nodes", "error", err.Error())
+		return nil
+	}
+	out := make(map[string]map[string]string, len(services))
+	for _, name := range services {
+		ns, n, _ := cutKey(name)
+		svc, eps, err := r.service(ctx, types.NamespacedName{Namespace: ns, Name: n})
+		if err != nil || svc == nil {
+			continue
+		}
+		if ex := Exclusions(snap, svc, eps); len(ex) > 0 {
+			out[name] = ex
+		}
+	}
+	return out
+}
