@@ -32,8 +32,14 @@ type announcer interface {
 
 // svcEntry is what the speaker knows of one Service.
 type svcEntry struct {
-	in  Input
-	ref *corev1.Service // identity only, for events
+	// in is the Service's Input without Eligible and Scores: eligible holds
+	// them, interned. Most Services share a few node sets, and a copy per
+	// Service of the eligible nodes' names would cost 16 bytes per node per
+	// Service (160 MB at 10,000 Services and 1,000 nodes;
+	// BenchmarkSpeakerAtScale).
+	in       Input
+	eligible *ownership.NodeSet
+	ref      *corev1.Service // identity only, for events
 }
 
 // announced is what this node gave the announcer for one Service.
@@ -136,9 +142,12 @@ func (o *owners) SetService(svc string, in Input, ref *corev1.Service) {
 		if ref == nil {
 			delete(o.services, svc)
 		} else {
-			// Only what an event's reference needs.
-			o.services[svc] = &svcEntry{in: in, ref: &corev1.Service{ObjectMeta: metav1.ObjectMeta{
-				Namespace: ref.Namespace, Name: ref.Name, UID: ref.UID, ResourceVersion: ref.ResourceVersion}}}
+			e := &svcEntry{in: in, eligible: o.sets.Intern(in.Eligible, in.Scores),
+				// Only what an event's reference needs.
+				ref: &corev1.Service{ObjectMeta: metav1.ObjectMeta{
+					Namespace: ref.Namespace, Name: ref.Name, UID: ref.UID, ResourceVersion: ref.ResourceVersion}}}
+			e.in.Eligible, e.in.Scores = nil, nil
+			o.services[svc] = e
 		}
 		newKey := ""
 		if ref != nil {
@@ -170,23 +179,19 @@ func (o *owners) SetService(svc string, in Input, ref *corev1.Service) {
 // too: Services sharing an IP cannot be told apart by serviceSelectors), or
 // deactivates the key when none is announceable.
 func (o *owners) updateKeyLocked(key string) []ownership.Change {
-	var elig []string
-	var scores map[string]int64
-	n := 0
+	var elig *ownership.NodeSet
 	for svc := range o.byKey[key] {
 		e := o.services[svc]
 		if e == nil || e.in.Reason != "" {
 			continue
 		}
-		if n == 0 {
-			elig, scores = e.in.Eligible, e.in.Scores
+		if elig == nil {
+			elig = e.eligible
 		} else {
-			elig = slices.DeleteFunc(slices.Clone(elig), func(x string) bool { return !slices.Contains(e.in.Eligible, x) })
-			scores = minScores(scores, e.in.Scores)
+			elig = o.sets.Intersect(elig, e.eligible)
 		}
-		n++
 	}
-	if n == 0 {
+	if elig == nil {
 		o.eng.DeleteKey(key)
 		o.refreshKeyLocked(key)
 		return nil
@@ -194,22 +199,7 @@ func (o *owners) updateKeyLocked(key string) []ownership.Change {
 	if o.ownerHeldLocked(key) {
 		o.proxyDirty = true
 	}
-	return o.eng.SetKey(key, o.sets.Intern(elig, scores))
-}
-
-// minScores is the per-node minimum of two score maps (a missing node scores
-// 0), so the result does not depend on the order Services are visited in.
-func minScores(a, b map[string]int64) map[string]int64 {
-	if a == nil || b == nil {
-		return nil
-	}
-	out := map[string]int64{}
-	for n, sa := range a {
-		if sb := b[n]; sb != 0 {
-			out[n] = min(sa, sb)
-		}
-	}
-	return out
+	return o.eng.SetKey(key, elig)
 }
 
 func (o *owners) ownerHeldLocked(key string) bool {
@@ -514,6 +504,9 @@ func (o *owners) sweepSetsLocked() {
 		if s := o.eng.Eligible(k); s != nil {
 			used[s] = true
 		}
+	}
+	for _, e := range o.services {
+		used[e.eligible] = true
 	}
 	o.sets.Sweep(func(s *ownership.NodeSet) bool { return used[s] })
 }

@@ -38,8 +38,11 @@ func (o *owners) recordChangeLocked(now time.Time, ch ownership.Change) {
 
 // serviceView is what owners copies out for one Service of a snapshot.
 type serviceView struct {
-	name       string
-	in         Input
+	name string
+	in   Input // without Eligible and Scores: see eligible
+	// eligible is the Service's interned eligible nodes with their scores
+	// (immutable, shared).
+	eligible   *ownership.NodeSet
 	owner      string
 	epoch      uint64
 	serving    bool
@@ -70,7 +73,7 @@ func (o *owners) view(f statusview.Filter) ownersView {
 		if f.IP != "" && !slices.ContainsFunc(e.in.IPs, func(ip netip.Addr) bool { return ip.String() == f.IP }) {
 			continue
 		}
-		sv := serviceView{name: name, in: e.in}
+		sv := serviceView{name: name, in: e.in, eligible: e.eligible}
 		if k := e.in.Key(); k != "" {
 			if c, ok := o.eng.Claim(k); ok {
 				sv.owner, sv.epoch = c.Owner, c.Epoch
@@ -166,8 +169,9 @@ func (s *statusSource) service(sv serviceView, have []string, excluded map[strin
 		// Election order: the highest preference score first
 		// (preferredNodeSelectors), then the key's hash order, as the
 		// ownership engine places a failed owner's IP.
-		out.Candidates = election.Rank(in.Key(), in.Eligible)
-		slices.SortStableFunc(out.Candidates, func(a, b string) int { return cmp.Compare(in.Scores[b], in.Scores[a]) })
+		elig := sv.eligible
+		out.Candidates = election.Rank(in.Key(), elig.Names())
+		slices.SortStableFunc(out.Candidates, func(a, b string) int { return cmp.Compare(elig.Score(b), elig.Score(a)) })
 	}
 	if in.Self {
 		out.AllInterfaces, out.Interfaces = in.AllInterfaces, in.Interfaces

@@ -359,3 +359,25 @@ func TestInternScores(t *testing.T) {
 		t.Errorf("equal scored sets not shared: %d sets", in.Len())
 	}
 }
+
+// TestIntersect: the nodes of both sets, each with the lower of its scores (0
+// when one set gives none), the same whatever the order; a set with itself is
+// itself.
+func TestIntersect(t *testing.T) {
+	in := NewInterner()
+	a := in.Intern([]string{"a", "b", "c"}, map[string]int64{"a": 10, "b": 100, "c": 5})
+	b := in.Intern([]string{"b", "c", "d"}, map[string]int64{"b": 40})
+	ab, ba := in.Intersect(a, b), in.Intersect(b, a)
+	if ab != ba {
+		t.Fatalf("Intersect(a, b) %v and Intersect(b, a) %v differ", ab.Names(), ba.Names())
+	}
+	if !slices.Equal(ab.Names(), []string{"b", "c"}) || ab.Score("b") != 40 || ab.Score("c") != 0 {
+		t.Errorf("a ∩ b: %v with scores b=%d c=%d, want [b c] with b=40 c=0", ab.Names(), ab.Score("b"), ab.Score("c"))
+	}
+	if in.Intersect(a, a) != a {
+		t.Error("a set intersected with itself is a new set")
+	}
+	if in.Intersect(a, in.Intern(nil, nil)).Len() != 0 {
+		t.Error("intersection with the empty set is not empty")
+	}
+}

@@ -99,6 +99,31 @@ func (in *Interner) Intern(names []string, scores map[string]int64) *NodeSet {
 	return s
 }
 
+// Intersect returns the shared set of the nodes in both a and b, each with
+// the lower of its two scores (a node without a score in one of them scores
+// 0), so the result does not depend on the order of the arguments. A set
+// intersected with itself is itself.
+func (in *Interner) Intersect(a, b *NodeSet) *NodeSet {
+	if a == b {
+		return a
+	}
+	var names []string
+	var scores map[string]int64
+	for _, n := range a.Names() {
+		if !b.Has(n) {
+			continue
+		}
+		names = append(names, n)
+		if sa, sb := a.Score(n), b.Score(n); sa != 0 && sb != 0 {
+			if scores == nil {
+				scores = map[string]int64{}
+			}
+			scores[n] = min(sa, sb)
+		}
+	}
+	return in.Intern(names, scores)
+}
+
 // Sweep drops the sets for which used returns false.
 func (in *Interner) Sweep(used func(*NodeSet) bool) {
 	in.mu.Lock()
