@@ -564,8 +564,17 @@ func (o *owners) Sync(now time.Time, seeds map[string]string) {
 		return append(changes, o.eng.SetSynced(now)...)
 	})
 	// The keys this node owned before and still owns changed nothing: start
-	// announcing them too (without events: nothing was assigned).
+	// announcing them too, without events when the ServiceL2Status already
+	// named this node (a restart resumes; nothing was assigned). A key a peer
+	// placed here before this speaker synced (learned, not a transition of
+	// its own) is a new assignment all the same: its event is due.
 	o.do(func() []ownership.Change {
+		o.assigned = map[string]bool{}
+		for svc, e := range o.services {
+			if c, ok := o.eng.Claim(e.in.Key()); ok && c.Owner == o.self && seeds[svc] != o.self {
+				o.assigned[e.in.Key()] = true
+			}
+		}
 		for svc := range o.services {
 			o.refreshServiceLocked(svc)
 		}

@@ -336,3 +336,48 @@ func TestServicesShareEligibleNodes(t *testing.T) {
 		t.Error("the engine got another set than the Service's")
 	}
 }
+
+// countingRecorder counts nodeAssigned events.
+type countingRecorder struct {
+	nopRecorder
+	mu       sync.Mutex
+	assigned int
+}
+
+func (r *countingRecorder) Eventf(_ runtime.Object, _ runtime.Object, _, reason, _, _ string, _ ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if reason == EventNodeAssigned {
+		r.assigned++
+	}
+}
+
+// A speaker that learns from a peer, before it syncs, that it owns a new key
+// announces it with a nodeAssigned event; one whose ServiceL2Status already
+// named it (a restart) resumes without one.
+func TestStartupAssignmentLearnedFromPeer(t *testing.T) {
+	const ip = "172.18.255.230"
+	for _, c := range []struct {
+		name  string
+		seeds map[string]string
+		want  int
+	}{
+		{"fresh placement by a peer", nil, 1},
+		{"restart: ServiceL2Status names this node", map[string]string{"ns1/web": "a"}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rec := &countingRecorder{}
+			o := newOwners(logr.Discard(), "a", ownership.Options{Hold: 30 * time.Second}, newFakeAnnouncer(), newMetrics(nil), rec)
+			o.SetSpeaker("a", ownership.SpeakerAlive, time.Now())
+			o.SetSpeaker("b", ownership.SpeakerAlive, time.Now())
+			o.SetService("ns1/web", input(ip, "a", "b"), lbService(ip))
+			o.Merge([]ownership.Claim{{Key: ip, Owner: "a", Epoch: 1}}) // placed by b, gossiped
+			o.Sync(time.Now(), c.seeds)
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			if rec.assigned != c.want {
+				t.Errorf("%d nodeAssigned events, want %d", rec.assigned, c.want)
+			}
+		})
+	}
+}
