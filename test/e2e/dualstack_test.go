@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -68,13 +69,7 @@ func TestDualStackWalkthrough(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := slices.Sorted(func(yield func(string) bool) {
-		for n := range dualStackFamilies {
-			if !yield(n) {
-				return
-			}
-		}
-	})
+	names := slices.Sorted(maps.Keys(dualStackFamilies))
 	ingress := map[string][]string{}
 	for _, name := range names {
 		want := dualStackFamilies[name]

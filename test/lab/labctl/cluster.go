@@ -4,10 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/ironlb/ironlb/test/lab/labnet"
 	"github.com/ironlb/ironlb/test/lab/labpki"
@@ -185,7 +183,7 @@ func (l *Lab) controlPlaneProcs(t *labnet.Topology) []Proc {
 			"--kubelet-client-certificate=" + l.pki("apiserver-kubelet-client.crt"),
 			"--kubelet-client-key=" + l.pki("apiserver-kubelet-client.key"),
 			"--kubelet-preferred-address-types=InternalIP,Hostname",
-			"--service-cluster-ip-range=" + labnet.JoinPrefixes(t.ServiceSubnets()),
+			"--service-cluster-ip-range=" + labnet.Join(t.ServiceSubnets()),
 			"--service-node-port-range=30000-32767",
 			"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 			"--service-account-key-file=" + l.pki("sa.pub"),
@@ -202,8 +200,8 @@ func (l *Lab) controlPlaneProcs(t *labnet.Topology) []Proc {
 			"--service-account-private-key-file=" + l.pki("sa.key"),
 			"--root-ca-file=" + l.pki("ca.crt"),
 			"--cluster-signing-cert-file=" + l.pki("ca.crt"), "--cluster-signing-key-file=" + l.pki("ca.key"),
-			"--cluster-cidr=" + labnet.JoinPrefixes(t.PodSubnets()), "--allocate-node-cidrs=false",
-			"--service-cluster-ip-range=" + labnet.JoinPrefixes(t.ServiceSubnets()),
+			"--cluster-cidr=" + labnet.Join(t.PodSubnets()), "--allocate-node-cidrs=false",
+			"--service-cluster-ip-range=" + labnet.Join(t.ServiceSubnets()),
 			"--profiling=false",
 			"--v=1"}},
 		{Name: "kube-scheduler", NS: ns, Args: []string{l.bin("kube-scheduler"),
@@ -220,7 +218,7 @@ func (l *Lab) nodeProcs(t *labnet.Topology, n labnet.Host) []Proc {
 	}
 	ns := n.NS()
 	agent := []string{l.bin("lab-agent"),
-		"--node-name", n.Name, "--node-ip", joinAddrs(n.IPs()), "--pod-cidr", labnet.JoinPrefixes(n.PodCIDRs()),
+		"--node-name", n.Name, "--node-ip", labnet.Join(n.IPs()), "--pod-cidr", labnet.Join(n.PodCIDRs()),
 		"--kubeconfig", l.pki(nodeKubeconfigName(n.Name)), "--state-dir", l.NodeDir(n.Name),
 		"--netns", ns, "--images", l.imagesPath(), "--kubernetes-service-host", t.KubernetesServiceIP().String()}
 	if n.ControlPlane {
@@ -233,18 +231,10 @@ func (l *Lab) nodeProcs(t *labnet.Topology, n labnet.Host) []Proc {
 			// The node IP, so kube-proxy need not wait for the agent to register the Node.
 			"--bind-address=" + n.IP.String(),
 			"--proxy-mode=" + mode,
-			"--cluster-cidr=" + labnet.JoinPrefixes(t.PodSubnets()),
+			"--cluster-cidr=" + labnet.Join(t.PodSubnets()),
 			// The global conntrack table size is not writable from a namespace.
 			"--conntrack-max-per-core=0",
 			"--v=1"}},
 		{Name: "lab-agent-" + n.Name, NS: ns, Args: agent},
 	}
-}
-
-func joinAddrs(as []netip.Addr) string {
-	s := make([]string, len(as))
-	for i, a := range as {
-		s[i] = a.String()
-	}
-	return strings.Join(s, ",")
 }

@@ -210,9 +210,9 @@ func (l *Lab) Status(ctx context.Context) error {
 		}
 		cidr := "-"
 		if h.Node {
-			cidr = labnet.JoinPrefixes(h.PodCIDRs())
+			cidr = labnet.Join(h.PodCIDRs())
 		}
-		fmt.Fprintf(&rows, "%s\t%s\t%s\t%s\t%s\t%s\n", h.Name, h.NS(), joinAddrs(h.IPs()), h.MAC, cidr, link)
+		fmt.Fprintf(&rows, "%s\t%s\t%s\t%s\t%s\t%s\n", h.Name, h.NS(), labnet.Join(h.IPs()), h.MAC, cidr, link)
 	}
 	l.printTable(rows.String())
 

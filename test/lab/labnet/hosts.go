@@ -161,11 +161,11 @@ func (t *Topology) PodSubnets() []netip.Prefix {
 	return []netip.Prefix{PodSubnet}
 }
 
-// JoinPrefixes is the comma-separated list Kubernetes' dual-stack flags take.
-func JoinPrefixes(ps []netip.Prefix) string {
-	s := make([]string, len(ps))
-	for i, p := range ps {
-		s[i] = p.String()
+// Join is the comma-separated list (of addresses or prefixes) Kubernetes' dual-stack flags take.
+func Join[T fmt.Stringer](xs []T) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = x.String()
 	}
 	return strings.Join(s, ",")
 }

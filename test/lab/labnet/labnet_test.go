@@ -192,7 +192,7 @@ func TestDualStackAddresses(t *testing.T) {
 			t.Errorf("%s: addresses %v, want %v", name, got, want)
 		}
 	}
-	if got := JoinPrefixes(topo.ServiceSubnets()); got != "10.200.1.0/24,fd00:10:200::/112" {
+	if got := Join(topo.ServiceSubnets()); got != "10.200.1.0/24,fd00:10:200::/112" {
 		t.Errorf("service CIDRs %s", got)
 	}
 	v4, err := NewWithPrefix(1, NSPrefix, FamilyIPv4)
