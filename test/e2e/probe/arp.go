@@ -67,6 +67,28 @@ func RunARP(ctx context.Context, o ARPOptions) ([]ARPRecord, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ARP socket on %s: %w", ifi.Name, err)
 	}
+	read := func() (ARPRecord, bool, error) {
+		p, _, err := c.Read()
+		if err != nil || p.SenderIP != o.Target {
+			return ARPRecord{}, false, err
+		}
+		return ARPRecord{MAC: p.SenderHardwareAddr, Reply: p.Operation == arp.OperationReply}, true, nil
+	}
+	ask := func() error {
+		if err := c.Request(o.Target); err != nil {
+			return fmt.Errorf("sending ARP request for %v on %s: %w", o.Target, ifi.Name, err)
+		}
+		return nil
+	}
+	return collect(ctx, o, read, ask, c.Close)
+}
+
+// collect records what read returns (stamped with its arrival time; records
+// it does not keep and unreadable packets are skipped) while ask runs every
+// o.Interval until ctx, o.StopFile or o.Duration ends the run, lingers for
+// the last answer, then closes the socket, which ends read with an error.
+// The error is the first ask failed with.
+func collect(ctx context.Context, o ARPOptions, read func() (ARPRecord, bool, error), ask func() error, closeConn func() error) ([]ARPRecord, error) {
 	var (
 		mu     sync.Mutex
 		recs   []ARPRecord
@@ -77,19 +99,17 @@ func RunARP(ctx context.Context, o ARPOptions) ([]ARPRecord, error) {
 	go func() {
 		defer wg.Done()
 		for {
-			p, _, err := c.Read()
+			r, keep, err := read()
 			at := time.Now()
-			if err != nil {
-				if closed.Load() {
-					return
-				}
-				continue // a frame that is not valid ARP
+			if err != nil && closed.Load() {
+				return
 			}
-			if p.SenderIP != o.Target {
+			if err != nil || !keep {
 				continue
 			}
+			r.At = at
 			mu.Lock()
-			recs = append(recs, ARPRecord{At: at, MAC: p.SenderHardwareAddr, Reply: p.Operation == arp.OperationReply})
+			recs = append(recs, r)
 			mu.Unlock()
 		}
 	}()
@@ -98,14 +118,14 @@ func RunARP(ctx context.Context, o ARPOptions) ([]ARPRecord, error) {
 	ctx, cancel := StopWhen(ctx, o.StopFile, o.Duration)
 	defer cancel()
 	every(ctx, o.Interval, func(time.Time) {
-		if err := c.Request(o.Target); err != nil && sendErr == nil {
-			sendErr = fmt.Errorf("sending ARP request for %v on %s: %w", o.Target, ifi.Name, err)
+		if err := ask(); err != nil && sendErr == nil {
+			sendErr = err
 		}
 	})
 	// Linger for the answer to the last request (a round trip on the segment).
 	time.Sleep(50 * time.Millisecond)
 	closed.Store(true)
-	_ = c.Close() // unblocks Read; nothing was buffered for writing
+	_ = closeConn() // unblocks read; nothing was buffered for writing
 	wg.Wait()
 	return recs, sendErr
 }

@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/mdlayher/ndp"
 )
@@ -28,57 +25,34 @@ func runNDP(ctx context.Context, o ARPOptions, ifi *net.Interface) ([]ARPRecord,
 		_ = c.Close() // the error above is the one to report
 		return nil, fmt.Errorf("solicited-node group of %v: %w", o.Target, err)
 	}
-	var (
-		mu     sync.Mutex
-		recs   []ARPRecord
-		wg     sync.WaitGroup
-		closed atomic.Bool
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			m, _, _, err := c.ReadFrom()
-			at := time.Now()
-			if err != nil {
-				if closed.Load() {
-					return
-				}
-				continue // not a valid NDP message
-			}
-			na, ok := m.(*ndp.NeighborAdvertisement)
-			if !ok || na.TargetAddress != o.Target {
-				continue
-			}
-			r := ARPRecord{At: at, Reply: true, NDP: true, Router: na.Router, Solicited: na.Solicited, Override: na.Override}
-			for _, opt := range na.Options {
-				if lla, ok := opt.(*ndp.LinkLayerAddress); ok && lla.Direction == ndp.Target {
-					r.MAC = lla.Addr
-				}
-			}
-			mu.Lock()
-			recs = append(recs, r)
-			mu.Unlock()
+	read := func() (ARPRecord, bool, error) {
+		m, _, _, err := c.ReadFrom()
+		if err != nil {
+			return ARPRecord{}, false, err
 		}
-	}()
-
+		na, ok := m.(*ndp.NeighborAdvertisement)
+		if !ok || na.TargetAddress != o.Target {
+			return ARPRecord{}, false, nil
+		}
+		r := ARPRecord{Reply: true, NDP: true, Router: na.Router, Solicited: na.Solicited, Override: na.Override}
+		for _, opt := range na.Options {
+			if lla, ok := opt.(*ndp.LinkLayerAddress); ok && lla.Direction == ndp.Target {
+				r.MAC = lla.Addr
+			}
+		}
+		return r, true, nil
+	}
 	ns := &ndp.NeighborSolicitation{
 		TargetAddress: o.Target,
 		Options:       []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Source, Addr: ifi.HardwareAddr}},
 	}
-	var sendErr error
-	ctx, cancel := StopWhen(ctx, o.StopFile, o.Duration)
-	defer cancel()
-	every(ctx, o.Interval, func(time.Time) {
-		if err := c.WriteTo(ns, nil, group); err != nil && sendErr == nil {
-			sendErr = fmt.Errorf("sending a Neighbor Solicitation for %v on %s: %w", o.Target, ifi.Name, err)
+	ask := func() error {
+		if err := c.WriteTo(ns, nil, group); err != nil {
+			return fmt.Errorf("sending a Neighbor Solicitation for %v on %s: %w", o.Target, ifi.Name, err)
 		}
-	})
-	time.Sleep(50 * time.Millisecond) // the answer to the last solicitation
-	closed.Store(true)
-	_ = c.Close() // unblocks ReadFrom; nothing was buffered for writing
-	wg.Wait()
-	return recs, sendErr
+		return nil
+	}
+	return collect(ctx, o, read, ask, c.Close)
 }
 
 // ndpFlags renders an advertisement's flags as WriteARP prints them: R, S and O, "-" for none.
