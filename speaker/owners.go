@@ -22,8 +22,7 @@ import (
 
 // announcer is what the speaker needs from layer2.Announcer.
 type announcer interface {
-	SetBalancer(name string, ips []netip.Addr, interfaces []string)
-	DeleteBalancer(name string)
+	Apply(updates []layer2.BalancerUpdate)
 	SetProxy(name string, ips []netip.Addr, macs map[string]net.HardwareAddr)
 	DeleteProxy(name string)
 	Interfaces() []string
@@ -92,6 +91,14 @@ type owners struct {
 	// starting to announce them is a nodeAssigned event even at start-up.
 	assigned map[string]bool
 	events   []func()
+	// pending are the announcer changes of the current call, applied as
+	// one batch (layer2.Announcer.Apply) once every key is decided: a
+	// takeover of hundreds of Services swaps the responders' sets once.
+	pending []layer2.BalancerUpdate
+	// checks are the Services newly announced in the current call, whose
+	// interfaces and kernel ARP settings are checked after the call, off
+	// the announcement's path.
+	checks []announceCheck
 	// changes are the last changeHistory owner changes, a ring whose
 	// oldest entry is changeNext once full (`ironlb status`).
 	changes    []statusview.Change
@@ -119,11 +126,21 @@ func newOwners(log logr.Logger, self string, opts ownership.Options, ann announc
 func (o *owners) do(fn func() []ownership.Change) {
 	o.mu.Lock()
 	o.applyLocked(fn())
-	evs := o.events
-	o.events = nil
+	o.flushLocked()
+	evs, checks := o.events, o.checks
+	o.events, o.checks = nil, nil
 	o.mu.Unlock()
 	for _, e := range evs {
 		e()
+	}
+	o.checkAnnounced(checks)
+}
+
+// flushLocked hands the announcer the changes queued so far, as one batch.
+func (o *owners) flushLocked() {
+	if len(o.pending) > 0 {
+		o.ann.Apply(o.pending)
+		o.pending = nil
 	}
 }
 
@@ -210,14 +227,27 @@ func (o *owners) ownerHeldLocked(key string) bool {
 // applyLocked reports changes (log, metric, gossip) and brings the announcer
 // in step for the keys they touch.
 func (o *owners) applyLocked(changes []ownership.Change) {
-	var mine []ownership.Claim
 	o.assigned = map[string]bool{}
-	now := time.Now()
 	for _, ch := range changes {
 		if ch.To == o.self && ch.From != o.self && ch.Reason != ownership.ReasonLearned {
 			o.assigned[ch.Key] = true
 		}
 	}
+	// Answer first: the announcer gets every key's change in one batch
+	// before the logs, metrics and gossip below, so that none of them
+	// delays a takeover.
+	for _, ch := range changes {
+		if o.eng.Held(ch.From) || o.eng.Held(ch.To) {
+			o.proxyDirty = true
+		}
+		o.refreshKeyLocked(ch.Key)
+	}
+	if o.proxyDirty {
+		o.refreshProxiesLocked()
+	}
+	o.flushLocked()
+	var mine []ownership.Claim
+	now := time.Now()
 	for _, ch := range changes {
 		o.metrics.ownerChanges.WithLabelValues(string(ch.Reason)).Inc()
 		// The one info line of an ownership change, on the nodes it
@@ -233,16 +263,9 @@ func (o *owners) applyLocked(changes []ownership.Change) {
 		if ch.Reason != ownership.ReasonLearned {
 			mine = append(mine, ownership.Claim{Key: ch.Key, Owner: ch.To, Epoch: ch.Epoch})
 		}
-		if o.eng.Held(ch.From) || o.eng.Held(ch.To) {
-			o.proxyDirty = true
-		}
-		o.refreshKeyLocked(ch.Key)
 	}
 	if len(mine) > 0 && o.broadcast != nil {
 		o.broadcast(mine)
-	}
-	if o.proxyDirty {
-		o.refreshProxiesLocked()
 	}
 }
 
@@ -276,7 +299,7 @@ func (o *owners) refreshServiceLocked(svc string) {
 	o.logUnannouncedLocked(svc, e)
 	if !want {
 		if had {
-			o.ann.DeleteBalancer(svc)
+			o.pending = append(o.pending, layer2.BalancerUpdate{Name: svc, Delete: true})
 			o.setAnnouncedMetric(svc, prev.ips, nil)
 			delete(o.announced, svc)
 			reason := string(election.ReasonNotOwner)
@@ -299,7 +322,7 @@ func (o *owners) refreshServiceLocked(svc string) {
 	if had && prev.equal(next) {
 		return
 	}
-	o.ann.SetBalancer(svc, next.ips, next.interfaces)
+	o.pending = append(o.pending, layer2.BalancerUpdate{Name: svc, IPs: next.ips, Interfaces: next.interfaces})
 	o.announced[svc] = next
 	o.setAnnouncedMetric(svc, prev.ips, next.ips)
 	o.log.V(1).Info("serviceAnnounced", "service", svc, "ips", next.ips, "pool", e.in.Pool, "interfaces", next.interfaces)
@@ -315,34 +338,52 @@ func (o *owners) refreshServiceLocked(svc string) {
 		o.recorder.Eventf(ref, nil, corev1.EventTypeNormal, EventNodeAssigned, "Announce",
 			"announcing from node %q with protocol %q", o.self, Protocol)
 	})
-	o.checkInterfacesLocked(svc, ref, next)
+	o.checks = append(o.checks, announceCheck{svc: svc, ref: ref, announced: next})
 }
 
-// checkInterfacesLocked warns when none of the advertisement's interfaces
-// exists here, and when this node's kernel would answer ARP for the IPs.
-func (o *owners) checkInterfacesLocked(svc string, ref *corev1.Service, next announced) {
-	if next.interfaces != nil {
-		have := o.ann.Interfaces()
-		if len(have) > 0 && !slices.ContainsFunc(next.interfaces, func(i string) bool { return slices.Contains(have, i) }) {
-			for _, ip := range next.ips {
-				o.events = append(o.events, func() {
-					o.recorder.Eventf(ref, nil, corev1.EventTypeWarning, EventAnnounceFailed, "Announce",
-						"the interfaces specified by LB IP %q doesn't exist in assigned node %q with protocol %q", ip.String(), o.self, Protocol)
-				})
-			}
-			o.log.Info("announceFailed: none of the advertisement's interfaces exists here", "service", svc, "interfaces", next.interfaces, "nodeInterfaces", have)
-		}
+// announceCheck is a Service newly announced from this node.
+type announceCheck struct {
+	svc       string
+	ref       *corev1.Service
+	announced announced
+}
+
+// checkAnnounced warns, for Services this node just started announcing,
+// when none of the advertisement's interfaces exists here, and when this
+// node's kernel would answer ARP for their IPs itself. It runs after the
+// announcement, outside the lock, with one scan of the node's interfaces and
+// addresses for all of them.
+func (o *owners) checkAnnounced(checks []announceCheck) {
+	if len(checks) == 0 {
+		return
 	}
-	findings, err := o.ann.KernelARPFindings(next.ips)
+	have := o.ann.Interfaces()
+	var ips []netip.Addr
+	for _, c := range checks {
+		ips = append(ips, c.announced.ips...)
+		if c.announced.interfaces == nil || len(have) == 0 ||
+			slices.ContainsFunc(c.announced.interfaces, func(i string) bool { return slices.Contains(have, i) }) {
+			continue
+		}
+		for _, ip := range c.announced.ips {
+			o.recorder.Eventf(c.ref, nil, corev1.EventTypeWarning, EventAnnounceFailed, "Announce",
+				"the interfaces specified by LB IP %q doesn't exist in assigned node %q with protocol %q", ip.String(), o.self, Protocol)
+		}
+		o.log.Info("announceFailed: none of the advertisement's interfaces exists here", "service", c.svc, "interfaces", c.announced.interfaces, "nodeInterfaces", have)
+	}
+	findings, err := o.ann.KernelARPFindings(ips)
 	if err != nil {
-		o.log.V(1).Info("cannot check whether the kernel answers ARP for the IPs", "service", svc, "error", err.Error())
+		o.log.V(1).Info("cannot check whether the kernel answers ARP for the announced IPs", "services", len(checks), "error", err.Error())
 		return
 	}
 	for _, f := range findings {
-		o.log.Info("the kernel of this node answers ARP for a load-balancer IP", "service", svc, "ip", f.IP, "message", f.Message)
-		o.events = append(o.events, func() {
-			o.recorder.Eventf(ref, nil, corev1.EventTypeWarning, EventKernelAnswersARP, "Announce", "%s", f.Message)
-		})
+		for _, c := range checks {
+			if !slices.Contains(c.announced.ips, f.IP) {
+				continue
+			}
+			o.log.Info("the kernel of this node answers ARP for a load-balancer IP", "service", c.svc, "ip", f.IP, "message", f.Message)
+			o.recorder.Eventf(c.ref, nil, corev1.EventTypeWarning, EventKernelAnswersARP, "Announce", "%s", f.Message)
+		}
 	}
 }
 

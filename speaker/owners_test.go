@@ -2,6 +2,7 @@ package speaker
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"slices"
@@ -30,21 +31,26 @@ type fakeAnnouncer struct {
 	mu        sync.Mutex
 	balancers map[string][]netip.Addr
 	proxies   map[string]map[string]net.HardwareAddr
+	// log records the calls in order: "apply N" (a batch of N updates)
+	// and "kernelCheck N" (KernelARPFindings for N IPs).
+	log []string
 }
 
 func newFakeAnnouncer() *fakeAnnouncer {
 	return &fakeAnnouncer{balancers: map[string][]netip.Addr{}, proxies: map[string]map[string]net.HardwareAddr{}}
 }
 
-func (f *fakeAnnouncer) SetBalancer(name string, ips []netip.Addr, _ []string) {
+func (f *fakeAnnouncer) Apply(updates []layer2.BalancerUpdate) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.balancers[name] = ips
-}
-func (f *fakeAnnouncer) DeleteBalancer(name string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.balancers, name)
+	f.log = append(f.log, fmt.Sprintf("apply %d", len(updates)))
+	for _, u := range updates {
+		if u.Delete {
+			delete(f.balancers, u.Name)
+		} else {
+			f.balancers[u.Name] = u.IPs
+		}
+	}
 }
 func (f *fakeAnnouncer) SetProxy(name string, _ []netip.Addr, macs map[string]net.HardwareAddr) {
 	f.mu.Lock()
@@ -57,8 +63,20 @@ func (f *fakeAnnouncer) DeleteProxy(name string) {
 	delete(f.proxies, name)
 }
 func (f *fakeAnnouncer) Interfaces() []string { return []string{"eth0"} }
-func (f *fakeAnnouncer) KernelARPFindings([]netip.Addr) ([]layer2.KernelARPFinding, error) {
+func (f *fakeAnnouncer) KernelARPFindings(ips []netip.Addr) ([]layer2.KernelARPFinding, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.log = append(f.log, fmt.Sprintf("kernelCheck %d", len(ips)))
 	return nil, nil
+}
+
+// calls returns the calls logged since the last one.
+func (f *fakeAnnouncer) calls() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := f.log
+	f.log = nil
+	return out
 }
 func (f *fakeAnnouncer) announces(name string) bool {
 	f.mu.Lock()
@@ -242,6 +260,40 @@ func TestTakeoverDoesNotWaitForStatus(t *testing.T) {
 		t.Fatal("the survivor does not announce while its status writer is stuck")
 	}
 	t.Logf("takeover applied %s after the owner's data path went down, status writer blocked", time.Since(start))
+}
+
+// TestTakeoverIsOneBatch: when an owner's data path goes down, the survivor
+// hands the announcer every Service it takes over in one batch, and checks
+// their interfaces and kernel ARP settings once, after announcing them: the
+// last IP of a takeover waits for no other Service's work.
+func TestTakeoverIsOneBatch(t *testing.T) {
+	nodes := []string{"w1", "w2"}
+	o, ann := testOwners(t, "w1", logr.Discard(), nodes...)
+	for i := range 200 {
+		ip := fmt.Sprintf("172.18.250.%d", i)
+		o.SetService(fmt.Sprintf("ns1/svc-%03d", i), input(ip, nodes...), lbService(ip))
+	}
+	var theirs []string
+	for i := range 200 {
+		if svc := fmt.Sprintf("ns1/svc-%03d", i); !ann.announces(svc) {
+			theirs = append(theirs, svc)
+		}
+	}
+	if len(theirs) < 50 || len(theirs) > 150 {
+		t.Fatalf("w2 owns %d of 200 Services; want them spread over both nodes", len(theirs))
+	}
+	ann.calls()
+	o.SetSpeaker("w2", ownership.SpeakerGone, time.Now())
+	o.SetPath("w2", ownership.PathDown, "", nil)
+	want := []string{fmt.Sprintf("apply %d", len(theirs)), fmt.Sprintf("kernelCheck %d", len(theirs))}
+	if got := ann.calls(); !slices.Equal(got, want) {
+		t.Errorf("announcer calls during the takeover %q, want %q", got, want)
+	}
+	for _, svc := range theirs {
+		if !ann.announces(svc) {
+			t.Errorf("%s not announced after the takeover", svc)
+		}
+	}
 }
 
 // TestVerdictFromWatcher: a node that does not probe the dead owner itself

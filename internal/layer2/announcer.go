@@ -189,31 +189,62 @@ func NewAnnouncer(log logr.Logger, opts Options) *Announcer {
 // to answer on (empty: all eligible). Newly owned IPs are announced at once
 // (by Run); IPs no longer owned are not answered once SetBalancer returns.
 func (a *Announcer) SetBalancer(name string, ips []netip.Addr, interfaces []string) {
-	b := balancer{interfaces: slices.Clone(interfaces)}
-	for _, ip := range ips {
-		ip = ip.Unmap().WithZone("")
-		if ip.IsValid() && !slices.Contains(b.ips, ip) {
-			b.ips = append(b.ips, ip)
-		}
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	old := a.balancers[name]
-	a.balancers[name] = b
-	a.applyLocked(name, old.ips, b.ips)
+	a.Apply([]BalancerUpdate{{Name: name, IPs: ips, Interfaces: interfaces}})
 }
 
 // DeleteBalancer forgets balancer name. Its IPs (unless another balancer
 // shares them) are not answered or announced once DeleteBalancer returns.
 func (a *Announcer) DeleteBalancer(name string) {
+	a.Apply([]BalancerUpdate{{Name: name, Delete: true}})
+}
+
+// BalancerUpdate is one balancer's new IPs and interfaces (as SetBalancer), or
+// its removal (Delete, as DeleteBalancer).
+type BalancerUpdate struct {
+	Name       string
+	IPs        []netip.Addr
+	Interfaces []string
+	Delete     bool
+}
+
+// Apply makes several balancer changes as one: every responder's set is
+// swapped and its kernel filter rebuilt once, and the announcements of all
+// newly owned IPs are scheduled together. A node taking over hundreds of
+// Services at once (a dead owner's) thus answers for all of them after one
+// update instead of one per Service, the last no later than the first.
+func (a *Announcer) Apply(updates []BalancerUpdate) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	old, ok := a.balancers[name]
-	if !ok {
+	var affected []netip.Addr
+	for _, u := range updates {
+		old, had := a.balancers[u.Name]
+		if u.Delete {
+			if !had {
+				continue
+			}
+			delete(a.balancers, u.Name)
+			affected = a.changeLocked(affected, u.Name, old.ips, nil)
+			continue
+		}
+		b := balancer{interfaces: slices.Clone(u.Interfaces)}
+		for _, ip := range u.IPs {
+			ip = ip.Unmap().WithZone("")
+			if ip.IsValid() && !slices.Contains(b.ips, ip) {
+				b.ips = append(b.ips, ip)
+			}
+		}
+		a.balancers[u.Name] = b
+		affected = a.changeLocked(affected, u.Name, old.ips, b.ips)
+	}
+	if len(affected) == 0 {
 		return
 	}
-	delete(a.balancers, name)
-	a.applyLocked(name, old.ips, nil)
+	slices.SortFunc(affected, netip.Addr.Compare)
+	affected = slices.Compact(affected)
+	for _, ip := range affected {
+		a.recomputeLocked(ip)
+	}
+	a.pushLocked(affected)
 }
 
 // Interfaces returns the names of the interfaces that currently have a
@@ -239,13 +270,12 @@ func (a *Announcer) Links() []Link {
 	return slices.Clone(a.links)
 }
 
-// applyLocked updates the reverse index for balancer name moving from
-// oldIPs to newIPs, recomputes the state of the affected IPs only, and pushes
-// the changes to every responder. The cost is proportional to the change,
-// not to the number of IPs owned (apart from cloning each changed responder's
-// set, a flat map copy).
-func (a *Announcer) applyLocked(name string, oldIPs, newIPs []netip.Addr) {
-	affected := slices.Clone(oldIPs)
+// changeLocked updates the reverse index for balancer name moving from
+// oldIPs to newIPs and appends the IPs whose state that may change to
+// affected. The cost is proportional to the change, not to the number of IPs
+// owned.
+func (a *Announcer) changeLocked(affected []netip.Addr, name string, oldIPs, newIPs []netip.Addr) []netip.Addr {
+	affected = append(affected, oldIPs...)
 	for _, ip := range oldIPs {
 		delete(a.refs[ip], name)
 	}
@@ -254,37 +284,35 @@ func (a *Announcer) applyLocked(name string, oldIPs, newIPs []netip.Addr) {
 			a.refs[ip] = map[string]struct{}{}
 		}
 		a.refs[ip][name] = struct{}{}
-		if !slices.Contains(affected, ip) {
-			affected = append(affected, ip)
-		}
+		affected = append(affected, ip)
 	}
-	if len(affected) == 0 {
+	return affected
+}
+
+// recomputeLocked derives ip's state (where it is answered) from the
+// balancers that own it, or forgets it when none does.
+func (a *Announcer) recomputeLocked(ip netip.Addr) {
+	if len(a.refs[ip]) == 0 {
+		delete(a.refs, ip)
+		delete(a.ips, ip)
 		return
 	}
-	for _, ip := range affected {
-		if len(a.refs[ip]) == 0 {
-			delete(a.refs, ip)
-			delete(a.ips, ip)
-			continue
-		}
-		st := &ipState{interfaces: map[string]bool{}}
-		if old := a.ips[ip]; old != nil {
-			st.owned = old.owned
-		} else {
-			st.owned = &ownedIP{addr: ip, m: a.metricsFor(ip)}
-		}
-		for n := range a.refs[ip] {
-			b := a.balancers[n]
-			if len(b.interfaces) == 0 {
-				st.all = true
-			}
-			for _, i := range b.interfaces {
-				st.interfaces[i] = true
-			}
-		}
-		a.ips[ip] = st
+	st := &ipState{interfaces: map[string]bool{}}
+	if old := a.ips[ip]; old != nil {
+		st.owned = old.owned
+	} else {
+		st.owned = &ownedIP{addr: ip, m: a.metricsFor(ip)}
 	}
-	a.pushLocked(affected)
+	for n := range a.refs[ip] {
+		b := a.balancers[n]
+		if len(b.interfaces) == 0 {
+			st.all = true
+		}
+		for _, i := range b.interfaces {
+			st.interfaces[i] = true
+		}
+	}
+	a.ips[ip] = st
 }
 
 // pushLocked brings every responder in step for the affected IPs and forgets

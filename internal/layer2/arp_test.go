@@ -433,3 +433,45 @@ func TestConflictGraceHandoverSilent(t *testing.T) {
 		t.Fatalf("handover reported as a conflict: %+v", <-n.a.Conflicts())
 	}
 }
+
+// TestApplyBatch: several balancer changes applied as one behave as the same
+// changes one by one: new IPs answered and announced, removed ones silent at
+// once, shared IPs kept while one balancer still owns them.
+func TestApplyBatch(t *testing.T) {
+	n := startTestNet(t, Options{GratuitousCount: 1, GratuitousInterval: time.Hour, ConflictGrace: -1}, testLink("eth0", 2, eth0MAC, ""))
+	w := n.arpEnd("eth0")
+	n.a.Apply([]BalancerUpdate{
+		{Name: "ns/a", IPs: []netip.Addr{vip1}},
+		{Name: "ns/b", IPs: []netip.Addr{vip2}},
+		{Name: "ns/c", IPs: []netip.Addr{vip2}}, // shares vip2
+		{Name: "ns/never", Delete: true},        // unknown: nothing to do
+	})
+	// Both new IPs are announced (probe, then a request and a reply each).
+	announced := map[netip.Addr]int{}
+	for range 6 {
+		_, p := parseARPWithLib(t, w.next(t))
+		if p.SenderIP == p.TargetIP {
+			announced[p.SenderIP]++
+		}
+	}
+	if announced[vip1] != 2 || announced[vip2] != 2 {
+		t.Fatalf("gratuitous frames per IP %v, want 2 for %s and %s", announced, vip1, vip2)
+	}
+	for _, ip := range []netip.Addr{vip1, vip2} {
+		w.send(t, arpRequest(t, ip, ethernet.Broadcast))
+		checkReply(t, w.next(t), eth0MAC, ip)
+	}
+
+	// One batch: a is deleted, b moves to vipOff, c keeps vip2.
+	n.a.Apply([]BalancerUpdate{{Name: "ns/a", Delete: true}, {Name: "ns/b", IPs: []netip.Addr{vipOff}}})
+	for range 3 { // vipOff's probe and burst
+		if _, p := parseARPWithLib(t, w.next(t)); p.TargetIP != vipOff {
+			t.Fatalf("after the batch, a frame for %s, want only vipOff's announcement", p.TargetIP)
+		}
+	}
+	w.send(t, arpRequest(t, vip1, ethernet.Broadcast)) // not answered any more
+	w.send(t, arpRequest(t, vip2, ethernet.Broadcast)) // still ns/c's
+	checkReply(t, w.next(t), eth0MAC, vip2)
+	w.send(t, arpRequest(t, vipOff, ethernet.Broadcast))
+	checkReply(t, w.next(t), eth0MAC, vipOff)
+}

@@ -174,3 +174,47 @@ func BenchmarkProberProbe(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkTakeover is the announcer's part of a takeover: a node that owns
+// 500 IPs on 2 interfaces takes over another 500 (a dead owner's), one
+// SetBalancer per Service ("oneByOne") or in one Apply ("batch"), and gives
+// them back.
+func BenchmarkTakeover(b *testing.B) {
+	ip := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}) }
+	setup := func() *Announcer {
+		a := NewAnnouncer(logr.Discard(), Options{GratuitousCount: -1})
+		for i := range 2 {
+			r := &responder{link: testLink([]string{"eth0", "eth1"}[i], 2+i, eth0MAC, ""), arp: &nullConn{}, groups: map[netip.Addr]int{}}
+			a.responders[r.link.Name] = r
+		}
+		for i := range 500 {
+			a.SetBalancer(ip(i).String(), []netip.Addr{ip(i)}, nil)
+		}
+		return a
+	}
+	var take, give []BalancerUpdate
+	for i := 500; i < 1000; i++ {
+		take = append(take, BalancerUpdate{Name: ip(i).String(), IPs: []netip.Addr{ip(i)}})
+		give = append(give, BalancerUpdate{Name: ip(i).String(), Delete: true})
+	}
+	b.Run("oneByOne", func(b *testing.B) {
+		a := setup()
+		b.ReportAllocs()
+		for b.Loop() {
+			for _, u := range take {
+				a.SetBalancer(u.Name, u.IPs, nil)
+			}
+			for _, u := range give {
+				a.DeleteBalancer(u.Name)
+			}
+		}
+	})
+	b.Run("batch", func(b *testing.B) {
+		a := setup()
+		b.ReportAllocs()
+		for b.Loop() {
+			a.Apply(take)
+			a.Apply(give)
+		}
+	})
+}
