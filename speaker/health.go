@@ -248,6 +248,9 @@ func (h *health) probeLoop(ctx context.Context, node string) {
 	var last ownership.Path = -1
 	var lastMAC string
 	misses := 0
+	// scoreAnswered is this speaker's Lifeguard score when node last
+	// answered: see silenceVerdict.
+	scoreAnswered := 0
 	for ctx.Err() == nil {
 		h.mu.Lock()
 		gone := h.last[node] == ownership.SpeakerGone
@@ -261,17 +264,17 @@ func (h *health) probeLoop(ctx context.Context, node string) {
 		}
 		if p == ownership.PathDown {
 			misses++
-			switch {
-			case misses < missedRounds && !gone:
-				p, reason = last, reason+" (round "+strconv.Itoa(misses)+")"
-			case h.ml.HealthScore() > 0 && !gone:
-				// Lifeguard says this speaker is itself missing acks
-				// (starved of CPU, or its own network is bad): its silence
-				// is not evidence against a member memberlist still sees.
-				p, reason = ownership.PathUnknown, reason+"; this speaker is degraded (health score "+strconv.Itoa(h.ml.HealthScore())+")"
+			v, why := silenceVerdict(misses, gone, scoreAnswered)
+			switch v {
+			case silenceWait:
+				p = last
+			case silenceDistrusted:
+				p = ownership.PathUnknown
 			}
+			reason += why
 		} else {
 			misses = 0
+			scoreAnswered = h.ml.HealthScore()
 		}
 		if p == -1 {
 			p = ownership.PathUnknown
@@ -291,6 +294,40 @@ func (h *health) probeLoop(ctx context.Context, node string) {
 		case <-time.After(probeEvery):
 		}
 	}
+}
+
+// silence is what a run of unanswered probe rounds means (silenceVerdict).
+type silence int
+
+const (
+	// silenceDown: the node's data path is down.
+	silenceDown silence = iota
+	// silenceWait: too few rounds yet; the previous verdict stands.
+	silenceWait
+	// silenceDistrusted: this speaker was itself degraded, so its probes
+	// prove nothing: the verdict is unknown until memberlist decides.
+	silenceDistrusted
+)
+
+// silenceVerdict judges misses unanswered rounds in a row of a node that
+// memberlist has declared gone or not, given this speaker's Lifeguard score
+// when the node last answered, and returns why (appended to the probe's
+// reason). A speaker that was already missing acks then (starved of CPU, or
+// its own network bad) cannot tell its own silence from the node's, and
+// defers to memberlist. The score at the last answer is used, not the
+// current one: memberlist's own probes of the silent node raise the current
+// score too (the other members' nacks arrive late when they are busy), so
+// it would partly measure the very silence being judged.
+func silenceVerdict(misses int, gone bool, scoreAnswered int) (silence, string) {
+	switch {
+	case gone:
+		return silenceDown, ""
+	case misses < missedRounds:
+		return silenceWait, " (round " + strconv.Itoa(misses) + ")"
+	case scoreAnswered > 0:
+		return silenceDistrusted, "; this speaker was degraded when the node last answered (health score " + strconv.Itoa(scoreAnswered) + ")"
+	}
+	return silenceDown, ""
 }
 
 // noInterface is probeOnce's reason when no target is on-link anywhere.

@@ -64,3 +64,30 @@ func TestProbeOnceAsksEveryFamilyAtOnce(t *testing.T) {
 		t.Errorf("no on-link target, memberlist says gone: %v, want down", p)
 	}
 }
+
+// TestSilenceVerdict: unanswered rounds mean a down data path after
+// missedRounds, or at once when memberlist has declared the node gone, unless
+// this speaker was already degraded when the node last answered; a score that
+// rose only since (its own probes of the silent node) does not count.
+func TestSilenceVerdict(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		misses        int
+		gone          bool
+		scoreAnswered int
+		want          silence
+	}{
+		{"first round", 1, false, 0, silenceWait},
+		{"enough rounds", missedRounds, false, 0, silenceDown},
+		{"more rounds", missedRounds + 3, false, 0, silenceDown},
+		{"degraded before the silence", missedRounds, false, 1, silenceDistrusted},
+		{"gone in memberlist, first round", 1, true, 0, silenceDown},
+		{"gone in memberlist, degraded", missedRounds, true, 2, silenceDown},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got, why := silenceVerdict(tc.misses, tc.gone, tc.scoreAnswered); got != tc.want {
+				t.Errorf("silenceVerdict(%d, %v, %d) = %d (%q), want %d", tc.misses, tc.gone, tc.scoreAnswered, got, why, tc.want)
+			}
+		})
+	}
+}
