@@ -122,11 +122,12 @@ func newOwners(log logr.Logger, self string, opts ownership.Options, ann announc
 }
 
 // do runs fn under the lock, applies the changes it returns, then emits the
-// events collected (outside the lock: recording may block on a full buffer).
+// events collected and checks the Services newly announced (outside the
+// lock: recording may block on a full buffer, and the checks read the
+// node's links and addresses).
 func (o *owners) do(fn func() []ownership.Change) {
 	o.mu.Lock()
-	o.applyLocked(fn())
-	o.flushLocked()
+	o.applyLocked(fn()) // flushes the announcer changes fn queued too
 	evs, checks := o.events, o.checks
 	o.events, o.checks = nil, nil
 	o.mu.Unlock()
