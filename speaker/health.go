@@ -33,6 +33,10 @@ const (
 	// stallGap: a poll this late means this process was frozen (SIGSTOP,
 	// starved); its claims may be stale, so it re-syncs with peers at once.
 	stallGap = time.Second
+	// lateRound: an unanswered probe round takes 150 ms (layer2.Prober's
+	// 3 probes 50 ms apart); one that took this long means this process
+	// was starved meanwhile and may not have read the answers in time.
+	lateRound = 400 * time.Millisecond
 )
 
 // prober is what health needs from layer2.Prober.
@@ -255,16 +259,20 @@ func (h *health) probeLoop(ctx context.Context, node string) {
 		h.mu.Lock()
 		gone := h.last[node] == ownership.SpeakerGone
 		h.mu.Unlock()
+		began := time.Now()
 		p, iface, mac, reason := h.probeOnce(ctx, targets, gone)
 		if strings.HasPrefix(reason, noInterface) && hasFallback && !slices.Contains(targets, fallback) {
 			p, iface, mac, reason = h.probeOnce(ctx, []netip.Addr{fallback}, gone)
 		}
+		took := time.Since(began)
 		if ctx.Err() != nil {
 			return
 		}
 		if p == ownership.PathDown {
-			misses++
-			v, why := silenceVerdict(misses, gone, scoreAnswered)
+			if took < lateRound {
+				misses++
+			}
+			v, why := silenceVerdict(misses, gone, scoreAnswered, took)
 			switch v {
 			case silenceWait:
 				p = last
@@ -309,19 +317,22 @@ const (
 	silenceDistrusted
 )
 
-// silenceVerdict judges misses unanswered rounds in a row of a node that
-// memberlist has declared gone or not, given this speaker's Lifeguard score
-// when the node last answered, and returns why (appended to the probe's
-// reason). A speaker that was already missing acks then (starved of CPU, or
+// silenceVerdict judges misses unanswered rounds in a row (a round that took
+// lateRound or more does not count: this speaker was starved during it) of a
+// node that memberlist has declared gone or not, given this speaker's
+// Lifeguard score when the node last answered and how long the last round
+// took, and returns why (appended to the probe's reason). A speaker that was already missing acks then (starved of CPU, or
 // its own network bad) cannot tell its own silence from the node's, and
 // defers to memberlist. The score at the last answer is used, not the
 // current one: memberlist's own probes of the silent node raise the current
 // score too (the other members' nacks arrive late when they are busy), so
 // it would partly measure the very silence being judged.
-func silenceVerdict(misses int, gone bool, scoreAnswered int) (silence, string) {
+func silenceVerdict(misses int, gone bool, scoreAnswered int, took time.Duration) (silence, string) {
 	switch {
 	case gone:
 		return silenceDown, ""
+	case took >= lateRound:
+		return silenceWait, " (a late round, " + took.Round(time.Millisecond).String() + ": this speaker was starved; not counted)"
 	case misses < missedRounds:
 		return silenceWait, " (round " + strconv.Itoa(misses) + ")"
 	case scoreAnswered > 0:

@@ -67,26 +67,30 @@ func TestProbeOnceAsksEveryFamilyAtOnce(t *testing.T) {
 
 // TestSilenceVerdict: unanswered rounds mean a down data path after
 // missedRounds, or at once when memberlist has declared the node gone, unless
-// this speaker was already degraded when the node last answered; a score that
-// rose only since (its own probes of the silent node) does not count.
+// this speaker was already degraded when the node last answered (a score that
+// rose only since, from its own probes of the silent node, does not count) or
+// the round was late because this speaker was starved.
 func TestSilenceVerdict(t *testing.T) {
+	const round = 150 * time.Millisecond
 	for _, tc := range []struct {
 		name          string
 		misses        int
 		gone          bool
 		scoreAnswered int
+		took          time.Duration
 		want          silence
 	}{
-		{"first round", 1, false, 0, silenceWait},
-		{"enough rounds", missedRounds, false, 0, silenceDown},
-		{"more rounds", missedRounds + 3, false, 0, silenceDown},
-		{"degraded before the silence", missedRounds, false, 1, silenceDistrusted},
-		{"gone in memberlist, first round", 1, true, 0, silenceDown},
-		{"gone in memberlist, degraded", missedRounds, true, 2, silenceDown},
+		{"first round", 1, false, 0, round, silenceWait},
+		{"enough rounds", missedRounds, false, 0, round, silenceDown},
+		{"more rounds", missedRounds + 3, false, 0, round, silenceDown},
+		{"degraded before the silence", missedRounds, false, 1, round, silenceDistrusted},
+		{"late round", missedRounds, false, 0, lateRound, silenceWait},
+		{"gone in memberlist, first round", 1, true, 0, round, silenceDown},
+		{"gone in memberlist, degraded, late", missedRounds, true, 2, time.Second, silenceDown},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got, why := silenceVerdict(tc.misses, tc.gone, tc.scoreAnswered); got != tc.want {
-				t.Errorf("silenceVerdict(%d, %v, %d) = %d (%q), want %d", tc.misses, tc.gone, tc.scoreAnswered, got, why, tc.want)
+			if got, why := silenceVerdict(tc.misses, tc.gone, tc.scoreAnswered, tc.took); got != tc.want {
+				t.Errorf("silenceVerdict(%d, %v, %d, %v) = %d (%q), want %d", tc.misses, tc.gone, tc.scoreAnswered, tc.took, got, why, tc.want)
 			}
 		})
 	}
