@@ -15,6 +15,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -38,10 +39,14 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/ironlb/ironlb/api/v1beta1"
 	"github.com/ironlb/ironlb/controllers"
@@ -52,6 +57,13 @@ var controllerArgs []string
 
 // heapProfilePath, when set, receives the restarted controller's heap profile.
 var heapProfilePath string
+
+// cpuProfileDir, when set with -backlog, receives CPU profiles of the API server
+// and the controller over the first cpuProfileSeconds of the controller's allocation.
+var (
+	cpuProfileDir     string
+	cpuProfileSeconds int
+)
 
 const (
 	installNS = "ironlb-system"
@@ -67,11 +79,14 @@ func main() {
 		keep        = flag.Bool("keep-logs", false, "keep the controller logs directory")
 		extraArgs   = flag.String("controller-args", "", "extra flags for `ironlb controller`, space separated (e.g. --service-workers=16)")
 		heapProfile = flag.String("heap-profile", "", "write the restarted controller's heap profile (after it reconciled everything) to this file")
+		profileDir  = flag.String("cpu-profiles", "", "with -backlog: write CPU profiles of the API server and the controller, taken while the controller allocates, to apiserver.prof and controller.prof in this directory")
+		profileSecs = flag.Int("cpu-profile-seconds", 15, "length of the -cpu-profiles profiles")
 		backlog     = flag.Bool("backlog", false, "create the bulk Services while the controller is stopped, then start it: measures the controller's own allocation throughput")
 	)
 	flag.Parse()
 	controllerArgs = strings.Fields(*extraArgs)
 	heapProfilePath = *heapProfile
+	cpuProfileDir, cpuProfileSeconds = *profileDir, *profileSecs
 	if err := run(*latencyN, *bulkN, *parallel, *metricsPort, *keep, *backlog); err != nil {
 		fmt.Fprintln(os.Stderr, "controller-bench:", err)
 		os.Exit(1)
@@ -198,12 +213,13 @@ func run(latencyN, bulkN, parallel, metricsPort int, keep, backlog bool) error {
 
 	// 2. Bulk.
 	target := int64(latencyN + bulkN)
-	apiCPU0, etcdCPU0 := cpuTime(childPid("kube-apiserver")), cpuTime(childPid("etcd"))
+	apiCPU0, etcdCPU0, selfCPU0 := cpuTime(childPid("kube-apiserver")), cpuTime(childPid("etcd")), cpuTime(os.Getpid())
 	if backlog {
 		if err := ctl.stop(); err != nil {
 			return err
 		}
 	}
+	var served0 map[string]float64
 	start := time.Now()
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -236,6 +252,29 @@ func run(latencyN, bulkN, parallel, metricsPort int, keep, backlog bool) error {
 		bulkN, created.Round(time.Millisecond), float64(bulkN)/created.Seconds(), parallel)
 	lastCreate := time.Now()
 	if backlog {
+		// Counted from here, the API server serves only the controller (and the
+		// watch the benchmark already holds).
+		if served0, err = apiRequests(ctx, cs.CoreV1().RESTClient()); err != nil {
+			return err
+		}
+		apiCPU0, etcdCPU0, selfCPU0 = cpuTime(childPid("kube-apiserver")), cpuTime(childPid("etcd")), cpuTime(os.Getpid())
+		if cpuProfileDir != "" {
+			secs := strconv.Itoa(cpuProfileSeconds)
+			go saveProfile(func() ([]byte, error) {
+				return cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", secs).
+					Timeout(time.Duration(cpuProfileSeconds+30) * time.Second).DoRaw(ctx)
+			}, filepath.Join(cpuProfileDir, "apiserver.prof"))
+			go saveProfile(func() ([]byte, error) {
+				// The controller is started just below; give its pprof endpoint a moment.
+				time.Sleep(300 * time.Millisecond)
+				resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=%s", metricsPort+1, secs))
+				if err != nil {
+					return nil, err
+				}
+				defer func() { _ = resp.Body.Close() }()
+				return io.ReadAll(resp.Body)
+			}, filepath.Join(cpuProfileDir, "controller.prof"))
+		}
 		if ctl, err = startController(ironlb, kubeconfig, work, "controller-1b.log", metricsPort); err != nil {
 			return err
 		}
@@ -259,10 +298,23 @@ func run(latencyN, bulkN, parallel, metricsPort int, keep, backlog bool) error {
 	if err := printClientStats(metricsPort); err != nil {
 		return err
 	}
-	apiCPU, etcdCPU := cpuTime(childPid("kube-apiserver"))-apiCPU0, cpuTime(childPid("etcd"))-etcdCPU0
-	fmt.Printf("CPU used during the bulk phase (creates + allocation): controller %s (%s/service); kube-apiserver %s (%s/service); etcd %s\n",
-		cpuTime(ctl.cmd.Process.Pid).Round(10*time.Millisecond), (cpuTime(ctl.cmd.Process.Pid) / time.Duration(bulkN)).Round(10*time.Microsecond),
-		apiCPU.Round(10*time.Millisecond), (apiCPU / time.Duration(bulkN)).Round(10*time.Microsecond), etcdCPU.Round(10*time.Millisecond))
+	if backlog {
+		served, err := apiRequests(ctx, cs.CoreV1().RESTClient())
+		if err != nil {
+			return err
+		}
+		fmt.Printf("API server requests served while the controller allocated, per pending service: %s\n",
+			perService(served0, served, bulkN))
+	}
+	apiCPU, etcdCPU, selfCPU := cpuTime(childPid("kube-apiserver"))-apiCPU0, cpuTime(childPid("etcd"))-etcdCPU0, cpuTime(os.Getpid())-selfCPU0
+	phase := "the bulk phase (creates + allocation)"
+	if backlog {
+		phase = "allocation (from the controller's start)"
+	}
+	fmt.Printf("CPU used during %s: controller %s (%s/service); kube-apiserver %s (%s/service); etcd %s; benchmark %s\n",
+		phase, cpuTime(ctl.cmd.Process.Pid).Round(10*time.Millisecond), (cpuTime(ctl.cmd.Process.Pid) / time.Duration(bulkN)).Round(10*time.Microsecond),
+		apiCPU.Round(10*time.Millisecond), (apiCPU / time.Duration(bulkN)).Round(10*time.Microsecond), etcdCPU.Round(10*time.Millisecond),
+		selfCPU.Round(10*time.Millisecond))
 
 	// 3. Restart.
 	before := w.snapshot()
@@ -555,6 +607,69 @@ func printClientStats(port int) error {
 	return nil
 }
 
+// apiRequests reads the API server's apiserver_request_total, summed by verb,
+// resource and subresource ("PATCH services/status"): every client's requests, counted
+// where they are served, so any controller can be measured the same way.
+func apiRequests(ctx context.Context, rc rest.Interface) (map[string]float64, error) {
+	body, err := rc.Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading the API server's metrics: %w", err)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := p.TextToMetricFamilies(strings.NewReader(string(body)))
+	if err != nil {
+		return nil, fmt.Errorf("parsing the API server's metrics: %w", err)
+	}
+	out := map[string]float64{}
+	fam, ok := families["apiserver_request_total"]
+	if !ok {
+		return nil, errors.New("the API server's metrics have no apiserver_request_total")
+	}
+	for _, m := range fam.GetMetric() {
+		l := map[string]string{}
+		for _, lp := range m.GetLabel() {
+			l[lp.GetName()] = lp.GetValue()
+		}
+		key := l["verb"] + " " + l["resource"]
+		if l["subresource"] != "" {
+			key += "/" + l["subresource"]
+		}
+		out[key] += m.GetCounter().GetValue()
+	}
+	return out, nil
+}
+
+// perService formats the requests served between two apiRequests snapshots, per
+// service, largest first; long-running WATCH requests and verbs under 0.01 per
+// service are left out.
+func perService(before, after map[string]float64, services int) string {
+	type row struct {
+		key string
+		n   float64
+	}
+	var rows []row
+	total := 0.0
+	for k, v := range after {
+		d := (v - before[k]) / float64(services)
+		if d < 0.01 || strings.HasPrefix(k, "WATCH") {
+			continue
+		}
+		rows = append(rows, row{k, d})
+		total += d
+	}
+	slices.SortFunc(rows, func(a, b row) int {
+		if a.n != b.n {
+			return cmp.Compare(b.n, a.n)
+		}
+		return strings.Compare(a.key, b.key)
+	})
+	parts := []string{fmt.Sprintf("%.2f in all", total)}
+	for _, r := range rows {
+		parts = append(parts, fmt.Sprintf("%s %.2f", r.key, r.n))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // cpuTime is the user+system CPU time a process has used.
 func cpuTime(pid int) time.Duration {
 	if pid <= 0 {
@@ -597,6 +712,18 @@ func childPid(name string) int {
 		}
 	}
 	return 0
+}
+
+// saveProfile writes what get returns to path, reporting a failure without stopping
+// the benchmark (a profile is a diagnostic, not a figure).
+func saveProfile(get func() ([]byte, error), path string) {
+	b, err := get()
+	if err == nil {
+		err = os.WriteFile(path, b, 0o600)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "controller-bench: CPU profile %s: %v\n", path, err)
+	}
 }
 
 func fetch(url, path string) error {
