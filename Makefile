@@ -169,6 +169,10 @@ bench-saturation: image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) #
 bench-controller: ## Benchmark the controller on envtest: create->IP latency, 10,000 Services, restart (docs/benchmarks.md).
 	go run ./test/bench/controller
 
+.PHONY: bench-controller-metallb
+bench-controller-metallb: metallb ## ironlb's and MetalLB's controllers on identical envtest API servers, 10,000 pending Services each, in one run (docs/benchmarks-controller.md).
+	go run ./test/bench/controller -peer metallb
+
 ##@ Demo
 
 .PHONY: demo
