@@ -32,6 +32,10 @@ PROMETHEUS ?= $(LOCALBIN)/prometheus
 PROMTOOL ?= $(LOCALBIN)/promtool
 # The module version of github.com/prometheus/prometheus (v0.309.1 is Prometheus 3.9.1).
 PROMETHEUS_VERSION = $(shell awk '/prometheus\/prometheus /{print $$2}' hack/prometheus/go.mod)
+METALLB_CONTROLLER ?= $(LOCALBIN)/metallb-controller
+METALLB_SPEAKER ?= $(LOCALBIN)/metallb-speaker
+# The MetalLB release the side-by-side benchmark runs (hack/metallb/go.mod).
+METALLB_VERSION = $(shell awk '/go.universe.tf\/metallb /{print $$2}' hack/metallb/go.mod)
 KUBE_BINARIES := etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl
 # envtest (controller-runtime) finds etcd and kube-apiserver here.
 export KUBEBUILDER_ASSETS ?= $(LOCALBIN)
@@ -48,8 +52,9 @@ help: ## Display this help.
 ##@ Development
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Generate DeepCopy methods for the API types.
+generate: $(CONTROLLER_GEN) ## Generate DeepCopy methods for the API types (and hack/metallb's frr-k8s stand-in).
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
+	cd hack/metallb/frrk8s && $(CONTROLLER_GEN) object:headerFile="../../boilerplate.go.txt" paths="./..."
 
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) $(HELM) ## Generate CRDs, webhook manifests and RBAC (config/rbac) from the Go markers; copy CRDs into the chart; render config/manifests.
@@ -75,25 +80,27 @@ config/manifests/ironlb.yaml: $(HELM)
 .PHONY: verify-gen
 verify-gen: generate manifests ## Fail when generated files (or go.mod/go.sum) differ from what is committed.
 	@go mod tidy -diff >/dev/null || { echo "go.mod/go.sum are not tidy: run 'go mod tidy' and commit"; go mod tidy -diff; exit 1; }
-	@if [ -n "$$(git status --porcelain -- api config charts)" ]; then \
+	@if [ -n "$$(git status --porcelain -- api config charts hack/metallb)" ]; then \
 		echo "Generated files are out of date. Run 'make generate manifests' and commit:"; \
-		git status --porcelain -- api config charts; git --no-pager diff --stat -- api config charts; exit 1; fi
+		git status --porcelain -- api config charts hack/metallb; git --no-pager diff --stat -- api config charts hack/metallb; exit 1; fi
 
 .PHONY: fmt
 fmt: ## Run gofmt on the code.
 	gofmt -l -w $$(git ls-files '*.go')
 
 .PHONY: vet
-vet: ## Run go vet (also on the image tool and hack/dashboard-png, their own modules).
+vet: ## Run go vet (also on the image tool, hack/dashboard-png and hack/metallb's frr-k8s stand-in, their own modules).
 	go vet ./...
 	cd hack/image && go vet ./...
 	cd hack/dashboard-png && go vet ./...
+	cd hack/metallb/frrk8s && go vet ./...
 
 .PHONY: lint
-lint: $(GOLANGCI_LINT) ## Run golangci-lint (also on the image tool and hack/dashboard-png, their own modules).
+lint: $(GOLANGCI_LINT) ## Run golangci-lint (also on the image tool, hack/dashboard-png and hack/metallb's frr-k8s stand-in, their own modules).
 	$(GOLANGCI_LINT) run ./...
 	cd hack/image && $(GOLANGCI_LINT) run ./...
 	cd hack/dashboard-png && $(GOLANGCI_LINT) run ./...
+	cd hack/metallb/frrk8s && $(GOLANGCI_LINT) run ./...
 
 .PHONY: helm-check
 helm-check: $(HELM) ## Lint the chart and render it with default and non-default values.
@@ -161,6 +168,10 @@ bench-saturation: image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) #
 .PHONY: bench-controller
 bench-controller: ## Benchmark the controller on envtest: create->IP latency, 10,000 Services, restart (docs/benchmarks.md).
 	go run ./test/bench/controller
+
+.PHONY: bench-controller-metallb
+bench-controller-metallb: metallb ## ironlb's and MetalLB's controllers on identical envtest API servers, 10,000 pending Services each, in one run (docs/benchmarks-controller.md).
+	go run ./test/bench/controller -peer metallb
 
 ##@ Demo
 
@@ -247,6 +258,17 @@ $(PROMETHEUS) $(PROMTOOL) &: hack/prometheus/go.mod hack/prometheus/go.sum | $(L
 	@echo ">> building Prometheus $(PROMETHEUS_VERSION) into $(LOCALBIN) (cold: a few minutes)"
 	cd hack/prometheus && go build -ldflags "-s -w -X github.com/prometheus/common/version.Version=$(PROMETHEUS_VERSION)" \
 		-o $(LOCALBIN)/ github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
+
+.PHONY: metallb
+metallb: $(METALLB_CONTROLLER) $(METALLB_SPEAKER) ## Build MetalLB's controller and speaker (bin/metallb-controller, bin/metallb-speaker) for make bench-metallb; not part of `tools`.
+
+# MetalLB, pinned in hack/metallb/go.mod, for the side-by-side benchmark (docs/benchmarks-metallb.md).
+# hack/metallb/frrk8s stands in for github.com/metallb/frr-k8s/api/v1beta1, which the Go proxy
+# does not serve; only MetalLB's frr-k8s BGP backend uses it.
+$(METALLB_CONTROLLER) $(METALLB_SPEAKER) &: hack/metallb/go.mod hack/metallb/go.sum $(wildcard hack/metallb/frrk8s/go.* hack/metallb/frrk8s/api/v1beta1/*.go) | $(LOCALBIN)
+	@echo ">> building MetalLB $(METALLB_VERSION) into $(LOCALBIN) (cold: a few minutes)"
+	cd hack/metallb && go build -ldflags "-s -w" -o $(METALLB_CONTROLLER) go.universe.tf/metallb/controller
+	cd hack/metallb && go build -ldflags "-s -w" -o $(METALLB_SPEAKER) go.universe.tf/metallb/speaker
 
 # go-install-tool installs a Go module at a pinned version into ./bin, named tool-version,
 # with a plain-named link, so a version bump reinstalls it.

@@ -1,10 +1,26 @@
 package controllers
 
-import "github.com/ironlb/ironlb/internal/k8smetrics"
+import (
+	"context"
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ironlb/ironlb/internal/k8smetrics"
+)
 
 // ResetConfigMetrics zeroes the process-wide config_loaded_bool and
 // config_stale_bool gauges, so a test can see one replica set them.
 func ResetConfigMetrics() {
 	k8smetrics.ConfigLoaded.Set(0)
 	k8smetrics.ConfigStale.Set(0)
+}
+
+// ErrStale is writeState's report that the Service copy it was given is outdated.
+var ErrStale = errStale
+
+// WriteState runs the service reconciler's status and annotation write with c.
+func WriteState(ctx context.Context, c client.Client, svc *corev1.Service, ips []netip.Addr, pool string) error {
+	return (&serviceReconciler{client: c}).writeState(ctx, svc, ips, pool)
 }

@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -45,8 +46,12 @@ const (
 	DefaultWebhookPort     = 9443
 	DefaultMemberlistName  = "ironlb-memberlist"
 	DefaultServiceWorkers  = 8
-	DefaultKubeAPIQPS      = 200
-	DefaultKubeAPIBurst    = 400
+	// DefaultKubeAPIQPS turns the client-side rate limiter off, as
+	// controller-runtime and MetalLB do: the API server's priority and fairness
+	// protects it, and at most ServiceWorkers status writes are in flight. A limit
+	// of 200/s made 10,000 pending Services take 50 s however idle the API server.
+	DefaultKubeAPIQPS   = -1
+	DefaultKubeAPIBurst = 400
 	// LeaderElectionID is the Lease (in the install namespace) the replicas compete for.
 	LeaderElectionID = "ironlb-controller"
 	// WebhookModeEnabled and WebhookModeDisabled are the values of Options.WebhookMode.
@@ -106,7 +111,8 @@ type Options struct {
 	// ServiceWorkers is how many Services are written concurrently (decisions are
 	// serialised by the allocator lock; the API writes are not).
 	ServiceWorkers int
-	// KubeAPIQPS and KubeAPIBurst bound the client's request rate.
+	// KubeAPIQPS and KubeAPIBurst bound the client's request rate; a negative
+	// KubeAPIQPS disables the client-side limit (0 means the default).
 	KubeAPIQPS   float32
 	KubeAPIBurst int
 
@@ -148,6 +154,9 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	log := opts.Logger
 	ctrl.SetLogger(log)
+	// rest_client_rate_limiter_duration_seconds: time requests waited for the
+	// client-side limit, if one is set (--kube-api-qps).
+	crmetrics.RegisterRESTClientMetrics(crmetrics.MetricRateLimiterLatency)
 	klog.SetLogger(log.WithName("client-go"))
 
 	cfg := opts.RESTConfig

@@ -80,6 +80,10 @@ func (r *serviceReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	}
 	k8smetrics.Updates.Inc()
 	err := r.reconcile(ctx, req)
+	if errors.Is(err, errStale) {
+		logr.FromContextOrDiscard(ctx).V(1).Info("service changed since it was read; its newer version will be reconciled")
+		return reconcile.Result{}, nil
+	}
 	if err != nil {
 		k8smetrics.UpdateErrors.Inc()
 	}
@@ -218,6 +222,13 @@ func (r *serviceReconciler) release(key string) (string, bool) {
 // is empty), writing only if they differ. Both go in one request to the status
 // subresource, which for Services also stores metadata changes; if the API server
 // ever stops doing that, a second patch writes the annotation.
+//
+// The status is written with an update (PUT), not a merge patch: the API server
+// then decodes the object instead of encoding the stored one to JSON, patching and
+// decoding it again. svc comes from the cache, so its resourceVersion guards the
+// update: a conflict (errStale) means the cache is behind, and the newer version's
+// watch event queues this Service again. MetalLB's controller writes status the
+// same way.
 func (r *serviceReconciler) writeState(ctx context.Context, svc *corev1.Service, ips []netip.Addr, pool string) error {
 	want := make([]corev1.LoadBalancerIngress, 0, len(ips))
 	for _, ip := range ips {
@@ -232,26 +243,30 @@ func (r *serviceReconciler) writeState(ctx context.Context, svc *corev1.Service,
 		return nil
 	}
 	key := client.ObjectKeyFromObject(svc).String()
-	orig := svc.DeepCopy()
-	setPoolAnnotation(svc, pool)
-	if len(want) == 0 {
-		svc.Status.LoadBalancer = corev1.LoadBalancerStatus{}
-	} else {
-		svc.Status.LoadBalancer.Ingress = want
-	}
 	if !statusOK {
-		if err := r.client.Status().Patch(ctx, svc, client.MergeFrom(orig)); err != nil {
+		setPoolAnnotation(svc, pool)
+		if len(want) == 0 {
+			svc.Status.LoadBalancer = corev1.LoadBalancerStatus{}
+		} else {
+			svc.Status.LoadBalancer.Ingress = want
+		}
+		if err := r.client.Status().Update(ctx, svc); err != nil {
 			if apierrors.IsNotFound(err) {
 				return nil // deleted meanwhile; the delete event releases it
+			}
+			if apierrors.IsConflict(err) {
+				return errStale
 			}
 			return fmt.Errorf("writing status.loadBalancer of service %s: %w", key, err)
 		}
 		if got, present := svc.Annotations[AnnotationAllocatedFromPool]; got == pool && (pool != "" || !present) {
 			return nil
 		}
-		orig = svc.DeepCopy()
-		setPoolAnnotation(svc, pool)
 	}
+	// Only the annotation differs, or the status write did not keep it: a merge
+	// patch of the annotation alone.
+	orig := svc.DeepCopy()
+	setPoolAnnotation(svc, pool)
 	if err := r.client.Patch(ctx, svc, client.MergeFrom(orig)); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
@@ -260,6 +275,10 @@ func (r *serviceReconciler) writeState(ctx context.Context, svc *corev1.Service,
 	}
 	return nil
 }
+
+// errStale is writeState's report that the Service changed since the cache copy
+// it was given; the reconcile of the newer version writes instead.
+var errStale = errors.New("service changed since it was read")
 
 func setPoolAnnotation(svc *corev1.Service, pool string) {
 	if pool == "" {

@@ -107,7 +107,7 @@ Flags and environment variables are MetalLB's where MetalLB has them.`,
 	f.StringVar(&deployment, "deployment", "", "controller Deployment that owns the Secrets the controller creates (memberlist key, webhook certificate), so uninstalling removes them (default: $METALLB_DEPLOYMENT)")
 	f.BoolVar(&leaderElect, "leader-elect", true, "elect one active replica through the Lease \""+controllers.LeaderElectionID+"\" in the install namespace; disable only when a single replica runs")
 	f.IntVar(&workers, "service-workers", controllers.DefaultServiceWorkers, "Services whose status is written concurrently (allocation itself is serialised)")
-	f.Float32Var(&qps, "kube-api-qps", controllers.DefaultKubeAPIQPS, "maximum sustained requests per second to the API server")
-	f.IntVar(&burst, "kube-api-burst", controllers.DefaultKubeAPIBurst, "maximum burst of requests to the API server")
+	f.Float32Var(&qps, "kube-api-qps", controllers.DefaultKubeAPIQPS, "maximum sustained requests per second to the API server; negative: no client-side limit (the API server's priority and fairness applies, and at most --service-workers status writes are in flight)")
+	f.IntVar(&burst, "kube-api-burst", controllers.DefaultKubeAPIBurst, "maximum burst of requests to the API server, with a positive --kube-api-qps")
 	return cmd
 }
