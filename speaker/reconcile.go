@@ -2,6 +2,9 @@ package speaker
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -10,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -30,15 +34,23 @@ const (
 	EventKernelAnswersARP = "KernelAnswersARP"
 )
 
-// cfgState is the last parsed configuration, re-parsed only when a pool or
-// advertisement changed.
+// cfgState is the last parsed configuration, re-parsed only when what it is
+// parsed from changed: a pool's or advertisement's name or spec, or a pool's
+// labels (advertisements select pools by them).
 type cfgState struct {
 	mu  sync.Mutex
 	key string
 	cfg *config.Config
 	// problem is why the last parse failed; nil when it succeeded.
 	problem error
+	// sums caches each object's content fingerprint by resourceVersion: the
+	// controller rewrites a pool's status with every allocation, and each of
+	// those must cost neither a parse nor a fresh fingerprint.
+	sums map[string]objectSum
 }
+
+// objectSum is an object's content fingerprint at one resourceVersion.
+type objectSum struct{ resourceVersion, sum string }
 
 // serviceReconciler turns each Service (with its EndpointSlices, the Nodes
 // and the configuration) into an Input for the ownership layer. It decides
@@ -133,14 +145,7 @@ func (r *serviceReconciler) config(ctx context.Context) (*config.Config, error) 
 	if err := r.List(ctx, &ads, client.InNamespace(r.opts.Namespace), client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list L2Advertisements: %w", err)
 	}
-	var b strings.Builder
-	for _, p := range pools.Items {
-		fmt.Fprintf(&b, "p/%s/%s;", p.Name, p.ResourceVersion)
-	}
-	for _, a := range ads.Items {
-		fmt.Fprintf(&b, "a/%s/%s;", a.Name, a.ResourceVersion)
-	}
-	return r.cfg.load(r.log, b.String(), pools.Items, ads.Items), nil
+	return r.cfg.load(r.log, pools.Items, ads.Items), nil
 }
 
 // configProblem is the speaker's verdict for its ConfigurationState: why the
@@ -155,14 +160,15 @@ func (r *serviceReconciler) configProblem(ctx context.Context) (problem, err err
 	return r.cfg.problem, nil
 }
 
-// load parses pools and advertisements whose versions are key, unless key
-// was parsed last time, and returns the configuration in effect. A failed
-// parse counts as an update error and, while an older configuration stays in
-// use, sets metallb_k8s_client_config_stale_bool; a good one sets
+// load parses pools and advertisements, unless their content is what was
+// parsed last time, and returns the configuration in effect. A failed parse
+// counts as an update error and, while an older configuration stays in use,
+// sets metallb_k8s_client_config_stale_bool; a good one sets
 // config_loaded_bool and clears stale.
-func (s *cfgState) load(log logr.Logger, key string, pools []v1beta1.IPAddressPool, ads []v1beta1.L2Advertisement) *config.Config {
+func (s *cfgState) load(log logr.Logger, pools []v1beta1.IPAddressPool, ads []v1beta1.L2Advertisement) *config.Config {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	key := s.keyLocked(pools, ads)
 	if key == s.key {
 		return s.cfg
 	}
@@ -187,6 +193,35 @@ func (s *cfgState) load(log logr.Logger, key string, pools []v1beta1.IPAddressPo
 	k8smetrics.ConfigStale.Set(0)
 	log.Info("configuration loaded", "pools", len(cfg.Pools), "l2Advertisements", len(cfg.L2Advertisements))
 	return cfg
+}
+
+// keyLocked fingerprints what the configuration is parsed from, reusing the
+// fingerprint of every object whose resourceVersion has not changed.
+func (s *cfgState) keyLocked(pools []v1beta1.IPAddressPool, ads []v1beta1.L2Advertisement) string {
+	next := make(map[string]objectSum, len(pools)+len(ads))
+	var b strings.Builder
+	add := func(id string, m metav1.Object, content any) {
+		o, ok := s.sums[id]
+		if !ok || o.resourceVersion != m.GetResourceVersion() || o.resourceVersion == "" {
+			raw, _ := json.Marshal(content) // plain API types: cannot fail
+			h := sha256.Sum256(raw)
+			o = objectSum{resourceVersion: m.GetResourceVersion(), sum: hex.EncodeToString(h[:16])}
+		}
+		next[id] = o
+		fmt.Fprintf(&b, "%s/%s;", id, o.sum)
+	}
+	for i := range pools {
+		p := &pools[i]
+		add("p/"+p.Name, p, struct {
+			Labels map[string]string
+			Spec   v1beta1.IPAddressPoolSpec
+		}{p.Labels, p.Spec})
+	}
+	for i := range ads {
+		add("a/"+ads[i].Name, &ads[i], ads[i].Spec)
+	}
+	s.sums = next
+	return b.String()
 }
 
 // Reconcile computes one Service's Input; it counts in

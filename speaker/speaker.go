@@ -541,8 +541,11 @@ func (r *serviceReconciler) setup(mgr ctrl.Manager) error {
 		For(&corev1.Service{}).
 		Watches(&discoveryv1.EndpointSlice{}, one(serviceKeyFromSlice)).
 		Watches(&corev1.Node{}, all, builder.WithPredicates(nodeChanged())).
-		Watches(&v1beta1.IPAddressPool{}, all).
-		Watches(&v1beta1.L2Advertisement{}, all).
+		// Not on status updates: the controller rewrites a pool's status
+		// with every allocation, and each would re-queue every Service on
+		// every speaker (5,000 Services: ~90 config parses a second each).
+		Watches(&v1beta1.IPAddressPool{}, all, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
+		Watches(&v1beta1.L2Advertisement{}, all, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(r)
 }
