@@ -50,11 +50,12 @@ func (r *configReconciler) setup(mgr manager.Manager) error {
 	})
 	return builder.ControllerManagedBy(mgr).
 		Named("config").
-		Watches(&v1beta1.IPAddressPool{}, toKey).
-		Watches(&v1beta1.L2Advertisement{}, toKey).
+		// Not on status updates: the pool status controller writes one with
+		// every allocation, and the configuration does not depend on it.
+		Watches(&v1beta1.IPAddressPool{}, toKey, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
+		Watches(&v1beta1.L2Advertisement{}, toKey, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// Namespace labels feed serviceAllocation.namespaceSelectors.
 		Watches(&corev1.Namespace{}, toKey, builder.WithPredicates(predicate.LabelChangedPredicate{})).
-		// Load once at start even if no watched object exists yet.
 		// Load once at start even if no watched object exists yet, and again on
 		// becoming leader.
 		WatchesRawSource(source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
