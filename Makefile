@@ -166,7 +166,7 @@ bench-saturation: image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) #
 	go test -tags e2e ./test/e2e -run '^$$' -bench Saturation -benchtime 1x -timeout 40m -v
 
 .PHONY: bench-metallb
-bench-metallb: metallb image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## ironlb and MetalLB v0.16.2 side by side in one lab (root): speaker rolling restart, creates (E2E_VS_CREATE=10), hard kills (E2E_VS_KILLS=20), ratios (docs/benchmarks-metallb.md).
+bench-metallb: metallb image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## ironlb and MetalLB v0.16.2 side by side in one lab (root): speaker rolling restarts (E2E_VS_ROLLS=3), creates (E2E_VS_CREATE=10), hard kills (E2E_VS_KILLS=20), ratios (docs/benchmarks-metallb.md).
 	LAB_PROMETHEUS=0 go test -tags e2e ./test/e2e -run '^$$' -bench VersusMetalLB -benchtime 1x -timeout 90m -v
 
 .PHONY: bench-controller

@@ -26,9 +26,10 @@ import (
 // config/manifests/metallb-native.yaml), measured, and removed completely (CRDs and the
 // metallb-system namespace included: both own the metallb.io CRDs). For each:
 //
-//   - rolling restart: `kubectl rollout restart` of the speaker DaemonSet while mypc holds
-//     4 keep-alive connections and opens a new connection every 20 ms (the hitless tests'
-//     traffic); counted: IP moves, keep-alive breaks, failed new connections;
+//   - rolling restart, E2E_VS_ROLLS (default 3) times: `kubectl rollout restart` of the
+//     speaker DaemonSet while mypc holds 4 keep-alive connections and opens a new connection
+//     every 20 ms (the hitless tests' traffic); counted: IP moves, keep-alive breaks, failed
+//     new connections;
 //   - create: E2E_VS_CREATE (default 10) Services created one after the other:
 //     create -> IP in status, IP -> first ARP reply at mypc, create -> first good request
 //     (BenchmarkServiceToTraffic's probe);
@@ -47,13 +48,13 @@ func BenchmarkVersusMetalLB(b *testing.B) {
 	}
 	mlb := metallbImpl(b, e)
 	impls := []*lbImpl{ironlbImpl, mlb}
-	kills, creates := getenvInt("E2E_VS_KILLS", 20), getenvInt("E2E_VS_CREATE", 10)
+	n := versusCounts{rolls: getenvInt("E2E_VS_ROLLS", 3), creates: getenvInt("E2E_VS_CREATE", 10), kills: getenvInt("E2E_VS_KILLS", 20)}
 	results := map[string]*versusResult{}
 	for _, im := range impls {
 		b.Run(im.name, func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
-				results[im.name] = e.versusRun(b, im, impls, kills, creates)
+				results[im.name] = e.versusRun(b, im, impls, n)
 			}
 		})
 	}
@@ -101,16 +102,31 @@ func metallbImpl(b *testing.B, e *Env) *lbImpl {
 	}
 }
 
+// versusCounts is how many times versusRun runs each probe.
+type versusCounts struct{ rolls, creates, kills int }
+
 // versusResult is what versusRun measured for one implementation.
 type versusResult struct {
 	kills   killStats
 	creates createStats
-	roll    probe.Report
-	moves   moveCount
+	rolls   rollStats
+}
+
+// rollStats add up rolling restarts under traffic: IP moves, keep-alive breaks (of conns
+// connections) and failed new connections (of sent).
+type rollStats struct{ rolls, moves, broken, conns, failed, sent int }
+
+func (s *rollStats) add(rep probe.Report, mv moveCount) {
+	s.rolls++
+	s.moves += mv.StatusMoves
+	s.broken += rep.KeepAlive.Broken
+	s.conns += len(rep.KeepAlive.Conns)
+	s.failed += rep.NewConns.Failed
+	s.sent += rep.NewConns.Total
 }
 
 // versusRun installs im alone and runs the three probes on it.
-func (e *Env) versusRun(b *testing.B, im *lbImpl, all []*lbImpl, kills, creates int) *versusResult {
+func (e *Env) versusRun(b *testing.B, im *lbImpl, all []*lbImpl, n versusCounts) *versusResult {
 	start := time.Now()
 	e.switchTo(b, im, all)
 	fmt.Fprintf(os.Stderr, "== %s installed alone and ready in %v\n", im.name, time.Since(start).Round(time.Second))
@@ -118,23 +134,26 @@ func (e *Env) versusRun(b *testing.B, im *lbImpl, all []*lbImpl, kills, creates 
 	applyWalkthrough(b, e)
 	var r versusResult
 
-	// One fixture (a pool holding one IP, announced by the workers) for the rollout and the kills.
+	// One fixture (a pool holding one IP, announced by the workers) for the rollouts and the kills.
 	f := e.newLBFixture(b, "vs-"+strings.ToLower(im.name), "172.18.254.130")
-	fmt.Fprintf(os.Stderr, "== %s: rolling restart of the speakers under traffic\n", im.name)
-	r.roll, r.moves = e.rollSpeakersUnderTraffic(b, f)
-	fmt.Fprintf(os.Stderr, "rolling restart: %d ServiceL2Status moves, %d nodeAssigned moves; keep-alive: %d breaks of %d connections (%s); new connections: %d of %d failed\n  timeline:\n  %s\n",
-		r.moves.StatusMoves, r.moves.EventMoves, r.roll.KeepAlive.Broken, len(r.roll.KeepAlive.Conns), breakKinds(r.roll.KeepAlive),
-		r.roll.NewConns.Failed, r.roll.NewConns.Total, strings.Join(r.moves.Log, "\n  "))
-	b.ReportMetric(float64(r.moves.StatusMoves), "roll-moves")
-	b.ReportMetric(float64(r.roll.KeepAlive.Broken), "roll-keepalive-broken")
-	b.ReportMetric(float64(r.roll.NewConns.Failed), "roll-new-failed")
+	for i := 0; i < n.rolls; i++ {
+		fmt.Fprintf(os.Stderr, "== %s: rolling restart %d of the speakers under traffic\n", im.name, i+1)
+		f.owner = e.settledOwner(b, f)
+		rep, mv := e.rollSpeakersUnderTraffic(b, f)
+		r.rolls.add(rep, mv)
+		fmt.Fprintf(os.Stderr, "rolling restart %d: %d IP moves (ServiceL2Status), keep-alive: %d breaks of %d connections (%s); new connections: %d of %d failed\n",
+			i+1, mv.StatusMoves, rep.KeepAlive.Broken, len(rep.KeepAlive.Conns), breakKinds(rep.KeepAlive), rep.NewConns.Failed, rep.NewConns.Total)
+	}
+	b.ReportMetric(float64(r.rolls.moves), "roll-moves")
+	b.ReportMetric(float64(r.rolls.broken), "roll-keepalive-broken")
+	b.ReportMetric(float64(r.rolls.failed), "roll-new-failed")
 
-	fmt.Fprintf(os.Stderr, "== %s: %d Services created one after the other\n", im.name, creates)
-	r.creates = createRuns(b, e, "vs-create", creates)
+	fmt.Fprintf(os.Stderr, "== %s: %d Services created one after the other\n", im.name, n.creates)
+	r.creates = createRuns(b, e, "vs-create", n.creates)
 	r.creates.report(b)
 
-	fmt.Fprintf(os.Stderr, "== %s: %d hard kills of the announcing node\n", im.name, kills)
-	r.kills = e.hardKills(b, f, kills)
+	fmt.Fprintf(os.Stderr, "== %s: %d hard kills of the announcing node\n", im.name, n.kills)
+	r.kills = e.hardKills(b, f, n.kills)
 	r.kills.report(b)
 	fmt.Fprintf(os.Stderr, "== %s done in %v\n", im.name, time.Since(start).Round(time.Second))
 	return &r
@@ -207,11 +226,12 @@ func printVersus(ir, ml *versusResult) {
 		dur(fmt.Sprintf("hard kill -> traffic again (%d kills)", len(ir.kills.gaps)), ir.kills.sorted(), ml.kills.sorted(), p)
 	}
 	count("hard kill: failed requests (all kills, 50/s)", sum(ir.kills.lost), sum(ml.kills.lost))
-	count("rolling restart: IP moves (ServiceL2Status)", ir.moves.StatusMoves, ml.moves.StatusMoves)
-	count(fmt.Sprintf("rolling restart: keep-alive breaks (%d conns)", len(ir.roll.KeepAlive.Conns)), ir.roll.KeepAlive.Broken, ml.roll.KeepAlive.Broken)
-	in, mn := ir.roll.NewConns, ml.roll.NewConns
-	row("rolling restart: new connections failed", fmt.Sprintf("%d of %d", in.Failed, in.Total), fmt.Sprintf("%d of %d", mn.Failed, mn.Total),
-		ratio(float64(mn.Failed), float64(in.Failed)))
+	ir2, ml2 := ir.rolls, ml.rolls
+	rolls := fmt.Sprintf("%d rolling restarts", ir2.rolls)
+	count(rolls+": IP moves (ServiceL2Status)", ir2.moves, ml2.moves)
+	count(fmt.Sprintf("%s: keep-alive breaks (%d conns)", rolls, ir2.conns), ir2.broken, ml2.broken)
+	row(rolls+": new connections failed", fmt.Sprintf("%d of %d", ir2.failed, ir2.sent), fmt.Sprintf("%d of %d", ml2.failed, ml2.sent),
+		ratio(float64(ml2.failed), float64(ir2.failed)))
 	for _, p := range []int{50, 99} {
 		dur("create -> IP in status", ir.creates.alloc, ml.creates.alloc, p)
 		dur("IP in status -> first ARP reply at mypc", ir.creates.arp, ml.creates.arp, p)
