@@ -86,7 +86,7 @@ func runFailoverBench(b *testing.B, e *Env, kills, gracefulRuns int) {
 			loop.stopRecords(b)
 			b.Fatalf("deleting %s: %v\n%s", pod, err, out)
 		}
-		poll(b, 3*time.Minute, "ironlb ready after the speaker restart", func() (bool, string) {
+		poll(b, 3*time.Minute, e.Impl.name+" ready after the speaker restart", func() (bool, string) {
 			if p := speakerPodOrEmpty(e, victim); p == "" || p == pod {
 				return false, "old speaker pod still there"
 			}
@@ -109,9 +109,10 @@ func runFailoverBench(b *testing.B, e *Env, kills, gracefulRuns int) {
 	}
 }
 
-// roundOwner returns the fixture's announcer once the previous round has settled (no
-// failback by default: the victim changes from round to round), with the backends moved
-// off it, so that killing it leaves them alive.
+// roundOwner returns the fixture's announcer once the previous round has settled (ironlb
+// does not fail back by default, so its victim changes from round to round; MetalLB takes
+// the IP back to the restored node), with the backends moved off it, so that killing it
+// leaves them alive.
 func (e *Env) roundOwner(t testing.TB, f *lbFixture) string {
 	owner := e.settledOwner(t, f)
 	e.placeBackends(t, f, owner)
