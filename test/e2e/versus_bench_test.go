@@ -112,13 +112,15 @@ type versusResult struct {
 	rolls   rollStats
 }
 
-// rollStats add up rolling restarts under traffic: IP moves, keep-alive breaks (of conns
-// connections) and failed new connections (of sent).
-type rollStats struct{ rolls, moves, broken, conns, failed, sent int }
+// rollStats add up rolling restarts under traffic: IP moves seen in ServiceL2Status objects
+// and in nodeAssigned events (a speaker may announce without writing the status),
+// keep-alive breaks (of conns connections) and failed new connections (of sent).
+type rollStats struct{ rolls, moves, eventMoves, broken, conns, failed, sent int }
 
 func (s *rollStats) add(rep probe.Report, mv moveCount) {
 	s.rolls++
 	s.moves += mv.StatusMoves
+	s.eventMoves += mv.EventMoves
 	s.broken += rep.KeepAlive.Broken
 	s.conns += len(rep.KeepAlive.Conns)
 	s.failed += rep.NewConns.Failed
@@ -141,10 +143,11 @@ func (e *Env) versusRun(b *testing.B, im *lbImpl, all []*lbImpl, n versusCounts)
 		f.owner = e.settledOwner(b, f)
 		rep, mv := e.rollSpeakersUnderTraffic(b, f)
 		r.rolls.add(rep, mv)
-		fmt.Fprintf(os.Stderr, "rolling restart %d: %d IP moves (ServiceL2Status), keep-alive: %d breaks of %d connections (%s); new connections: %d of %d failed\n",
-			i+1, mv.StatusMoves, rep.KeepAlive.Broken, len(rep.KeepAlive.Conns), breakKinds(rep.KeepAlive), rep.NewConns.Failed, rep.NewConns.Total)
+		fmt.Fprintf(os.Stderr, "rolling restart %d: IP moves: %d (ServiceL2Status), %d (nodeAssigned); keep-alive: %d breaks of %d connections (%s); new connections: %d of %d failed\n",
+			i+1, mv.StatusMoves, mv.EventMoves, rep.KeepAlive.Broken, len(rep.KeepAlive.Conns), breakKinds(rep.KeepAlive), rep.NewConns.Failed, rep.NewConns.Total)
 	}
 	b.ReportMetric(float64(r.rolls.moves), "roll-moves")
+	b.ReportMetric(float64(r.rolls.eventMoves), "roll-event-moves")
 	b.ReportMetric(float64(r.rolls.broken), "roll-keepalive-broken")
 	b.ReportMetric(float64(r.rolls.failed), "roll-new-failed")
 
@@ -229,6 +232,7 @@ func printVersus(ir, ml *versusResult) {
 	ir2, ml2 := ir.rolls, ml.rolls
 	rolls := fmt.Sprintf("%d rolling restarts", ir2.rolls)
 	count(rolls+": IP moves (ServiceL2Status)", ir2.moves, ml2.moves)
+	count(rolls+": IP moves (nodeAssigned events)", ir2.eventMoves, ml2.eventMoves)
 	count(fmt.Sprintf("%s: keep-alive breaks (%d conns)", rolls, ir2.conns), ir2.broken, ml2.broken)
 	row(rolls+": new connections failed", fmt.Sprintf("%d of %d", ir2.failed, ir2.sent), fmt.Sprintf("%d of %d", ml2.failed, ml2.sent),
 		ratio(float64(ml2.failed), float64(ir2.failed)))
