@@ -165,6 +165,10 @@ bench-create: image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Se
 bench-saturation: image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Owner changes with every CPU saturated for E2E_SATURATION=10m, in the lab (root) (docs/benchmarks-e2e.md).
 	go test -tags e2e ./test/e2e -run '^$$' -bench Saturation -benchtime 1x -timeout 40m -v
 
+.PHONY: bench-metallb
+bench-metallb: metallb image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## ironlb and MetalLB v0.16.2 side by side in one lab (root): speaker rolling restarts (E2E_VS_ROLLS=3), creates (E2E_VS_CREATE=10), hard kills (E2E_VS_KILLS=20), ratios (docs/benchmarks-metallb.md).
+	LAB_PROMETHEUS=0 go test -tags e2e ./test/e2e -run '^$$' -bench VersusMetalLB -benchtime 1x -timeout 90m -v
+
 .PHONY: bench-controller
 bench-controller: ## Benchmark the controller on envtest: create->IP latency, 10,000 Services, restart (docs/benchmarks.md).
 	go run ./test/bench/controller

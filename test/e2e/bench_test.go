@@ -6,7 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -70,56 +70,14 @@ func runFailoverBench(b *testing.B, e *Env, kills, gracefulRuns int) {
 	applyWalkthrough(b, e)
 	ip := benchIP(b, e)
 	f := e.newLBFixture(b, "e2e-bench"+familySuffix(ip), ip)
-	killer := e.Hosts.(NodeKiller)
+	hard := e.hardKills(b, f, kills)
+	hard.report(b)
+
 	ctx := context.Background()
-	// currentOwner is the announcer once the previous round has settled (no
-	// failback by default: the victim changes from round to round); the
-	// backends are moved off it, so that the kill leaves them alive.
-	currentOwner := func() string {
-		owner := e.settledOwner(b, f)
-		e.placeBackends(b, f, owner)
-		e.waitServing(b, f.ip)
-		return owner
-	}
-
-	var gaps []time.Duration
-	var lost []int
-	var victims []string
-	for i := 0; i < kills; i++ {
-		victim := currentOwner()
-		victims = append(victims, victim)
-		loop := e.startProbe(b, f.ip, 20*time.Millisecond)
-		time.Sleep(time.Second)
-		at := time.Now()
-		if err := killer.KillNode(ctx, victim); err != nil {
-			loop.stopRecords(b)
-			b.Fatal(err)
-		}
-		poll(b, time.Minute, f.ip+" answering after the kill", func() (bool, string) {
-			_, ok := e.curlOnce(ctx, f.ip)
-			return ok, ""
-		})
-		time.Sleep(1500 * time.Millisecond)
-		recs := loop.stopRecords(b)
-		s := probe.Summarize(recs, at)
-		gaps = append(gaps, s.Recovery)
-		lost = append(lost, s.Failed)
-		newOwner, _ := e.announcers(ctx, "default", f.name)
-		fmt.Fprintf(os.Stderr, "kill %2d: %s killed, traffic again after %v (%d of %d requests failed, failures sent over %v, %.1f req/s); ServiceL2Status nodes now %v\n",
-			i+1, victim, s.Recovery.Round(time.Millisecond), s.Failed, s.Total, s.FailWindow.Round(time.Millisecond), s.Rate, newOwner)
-		if err := killer.RestoreNode(ctx, victim); err != nil {
-			b.Fatal(err)
-		}
-		poll(b, 3*time.Minute, "ironlb ready after the restore", func() (bool, string) {
-			why := e.notReady(ctx)
-			return why == "", why
-		})
-	}
-
 	var failedGraceful, totalGraceful int
 	var perRun []string
 	for i := 0; i < gracefulRuns; i++ {
-		victim := currentOwner()
+		victim := e.roundOwner(b, f)
 		pod := speakerPod(b, e, victim)
 		loop := e.startProbe(b, f.ip, 50*time.Millisecond)
 		time.Sleep(time.Second)
@@ -128,7 +86,7 @@ func runFailoverBench(b *testing.B, e *Env, kills, gracefulRuns int) {
 			loop.stopRecords(b)
 			b.Fatalf("deleting %s: %v\n%s", pod, err, out)
 		}
-		poll(b, 3*time.Minute, "ironlb ready after the speaker restart", func() (bool, string) {
+		poll(b, 3*time.Minute, e.Impl.name+" ready after the speaker restart", func() (bool, string) {
 			if p := speakerPodOrEmpty(e, victim); p == "" || p == pod {
 				return false, "old speaker pod still there"
 			}
@@ -144,26 +102,99 @@ func runFailoverBench(b *testing.B, e *Env, kills, gracefulRuns int) {
 		perRun = append(perRun, fmt.Sprint(s.Failed))
 		fmt.Fprintf(os.Stderr, "graceful %d: deleted %s on %s: %d of %d requests failed (%.1f req/s)%s\n", i+1, pod, victim, s.Failed, s.Total, s.Rate, failures(recs, at))
 	}
-
-	if len(gaps) > 0 {
-		sorted := append([]time.Duration(nil), gaps...)
-		sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
-		b.ReportMetric(pct(sorted, 50).Seconds(), "hard-p50-s")
-		b.ReportMetric(pct(sorted, 99).Seconds(), "hard-p99-s")
-		b.ReportMetric(float64(len(sorted)), "hard-kills")
-		var ss []string
-		for _, g := range gaps {
-			ss = append(ss, fmt.Sprintf("%.2f", g.Seconds()))
-		}
-		fmt.Fprintf(os.Stderr, "hard kill of the announcer (%s), %d runs: min %v p50 %v p90 %v p99 %v max %v\n  gaps (s): %s\n  failed requests per run: %v\n",
-			strings.Join(victims, " "), len(sorted), sorted[0].Round(time.Millisecond), pct(sorted, 50).Round(time.Millisecond), pct(sorted, 90).Round(time.Millisecond),
-			pct(sorted, 99).Round(time.Millisecond), sorted[len(sorted)-1].Round(time.Millisecond), strings.Join(ss, " "), lost)
-	}
 	if totalGraceful > 0 {
 		b.ReportMetric(float64(failedGraceful), "graceful-failed")
 		b.ReportMetric(float64(totalGraceful), "graceful-requests")
 		fmt.Fprintf(os.Stderr, "graceful (speaker pod deleted) %d runs: %d of %d requests failed (per run: %s)\n", len(perRun), failedGraceful, totalGraceful, strings.Join(perRun, " "))
 	}
+}
+
+// roundOwner returns the fixture's announcer once the previous round has settled (ironlb
+// does not fail back by default, so its victim changes from round to round; MetalLB takes
+// the IP back to the restored node), with the backends moved off it, so that killing it
+// leaves them alive.
+func (e *Env) roundOwner(t testing.TB, f *lbFixture) string {
+	owner := e.settledOwner(t, f)
+	e.placeBackends(t, f, owner)
+	e.waitServing(t, f.ip)
+	return owner
+}
+
+// killStats are the rounds of hardKills.
+type killStats struct {
+	gaps    []time.Duration // kill -> send time of the first request that succeeded after it
+	lost    []int           // failed requests per round
+	victims []string
+}
+
+// hardKills kills the fixture's announcing node kills times while mypc sends a request
+// every 20 ms on a new connection, restores it after each round and waits until the
+// implementation is ready again (BenchmarkFailover's hard rounds).
+func (e *Env) hardKills(b *testing.B, f *lbFixture, kills int) killStats {
+	killer := e.Hosts.(NodeKiller)
+	ctx := context.Background()
+	var k killStats
+	for i := 0; i < kills; i++ {
+		victim := e.roundOwner(b, f)
+		k.victims = append(k.victims, victim)
+		loop := e.startProbe(b, f.ip, 20*time.Millisecond)
+		time.Sleep(time.Second)
+		at := time.Now()
+		if err := killer.KillNode(ctx, victim); err != nil {
+			loop.stopRecords(b)
+			b.Fatal(err)
+		}
+		poll(b, time.Minute, f.ip+" answering after the kill", func() (bool, string) {
+			_, ok := e.curlOnce(ctx, f.ip)
+			return ok, ""
+		})
+		time.Sleep(1500 * time.Millisecond)
+		recs := loop.stopRecords(b)
+		s := probe.Summarize(recs, at)
+		k.gaps = append(k.gaps, s.Recovery)
+		k.lost = append(k.lost, s.Failed)
+		newOwner, _ := e.announcers(ctx, "default", f.name)
+		fmt.Fprintf(os.Stderr, "kill %2d: %s killed, traffic again after %v (%d of %d requests failed, failures sent over %v, %.1f req/s); ServiceL2Status nodes now %v\n",
+			i+1, victim, s.Recovery.Round(time.Millisecond), s.Failed, s.Total, s.FailWindow.Round(time.Millisecond), s.Rate, newOwner)
+		if err := killer.RestoreNode(ctx, victim); err != nil {
+			b.Fatal(err)
+		}
+		poll(b, 3*time.Minute, e.Impl.name+" ready after the restore", func() (bool, string) {
+			why := e.notReady(ctx)
+			return why == "", why
+		})
+	}
+	return k
+}
+
+// sorted returns the gaps in increasing order.
+func (k killStats) sorted() []time.Duration {
+	s := slices.Clone(k.gaps)
+	slices.Sort(s)
+	return s
+}
+
+// report reports the gaps' p50 and p99 as metrics and prints every round.
+func (k killStats) report(b *testing.B) {
+	if len(k.gaps) == 0 {
+		return
+	}
+	sorted := k.sorted()
+	b.ReportMetric(pct(sorted, 50).Seconds(), "hard-p50-s")
+	b.ReportMetric(pct(sorted, 99).Seconds(), "hard-p99-s")
+	b.ReportMetric(float64(len(sorted)), "hard-kills")
+	var ss []string
+	for _, g := range k.gaps {
+		ss = append(ss, fmt.Sprintf("%.2f", g.Seconds()))
+	}
+	fmt.Fprintf(os.Stderr, "hard kill of the announcer (%s), %d runs: %s\n  gaps (s): %s\n  failed requests per run: %v\n",
+		strings.Join(k.victims, " "), len(sorted), spread(sorted), strings.Join(ss, " "), k.lost)
+}
+
+// spread is "min .. p50 .. p90 .. p99 .. max" of sorted durations.
+func spread(sorted []time.Duration) string {
+	return fmt.Sprintf("min %v p50 %v p90 %v p99 %v max %v", sorted[0].Round(time.Millisecond), pct(sorted, 50).Round(time.Millisecond),
+		pct(sorted, 90).Round(time.Millisecond), pct(sorted, 99).Round(time.Millisecond), sorted[len(sorted)-1].Round(time.Millisecond))
 }
 
 // failures lists when each failed request was sent, relative to at, and why: what a
@@ -238,7 +269,7 @@ func pct(sorted []time.Duration, p int) time.Duration {
 func findSpeakerPod(e *Env, node string) *corev1.Pod {
 	var pods corev1.PodList
 	if err := e.C.List(context.Background(), &pods, client.InNamespace(Namespace),
-		client.MatchingLabels{"app.kubernetes.io/component": "speaker"}); err != nil {
+		client.MatchingLabels(e.Impl.speakerLabels)); err != nil {
 		return nil
 	}
 	for i := range pods.Items {
@@ -301,30 +332,46 @@ func BenchmarkServiceToTraffic(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
 		applyWalkthrough(b, e)
-		macs, err := e.nodeMACs(context.Background())
-		if err != nil {
-			b.Fatal(err)
+		createRuns(b, e, "e2e-create", runs).report(b)
+	}
+}
+
+// createStats are the intervals of createRuns, one per Service created.
+type createStats struct{ alloc, arp, traffic []time.Duration }
+
+// createRuns creates runs Services named prefix-NN one after the other (createOnce).
+func createRuns(b *testing.B, e *Env, prefix string, runs int) createStats {
+	macs, err := e.nodeMACs(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	var c createStats
+	for r := 0; r < runs; r++ {
+		a, p, t := createOnce(b, e, fmt.Sprintf("%s-%02d", prefix, r+1), macs)
+		c.alloc, c.arp, c.traffic = append(c.alloc, a), append(c.arp, p), append(c.traffic, t)
+	}
+	slices.Sort(c.alloc)
+	slices.Sort(c.arp)
+	slices.Sort(c.traffic)
+	return c
+}
+
+// report reports each interval's p50 and p99 as metrics and prints its spread.
+func (c createStats) report(b *testing.B) {
+	for _, m := range []struct {
+		what, unit string
+		d          []time.Duration
+	}{
+		{"Service created -> IP in status (watch)", "alloc", c.alloc},
+		{"IP in status -> first ARP reply from the owner at mypc", "arp", c.arp},
+		{"Service created -> first successful request from mypc", "traffic", c.traffic},
+	} {
+		if len(m.d) == 0 {
+			continue
 		}
-		var alloc, arp, traffic []time.Duration
-		for r := 0; r < runs; r++ {
-			a, p, t := createOnce(b, e, fmt.Sprintf("e2e-create-%02d", r+1), macs)
-			alloc, arp, traffic = append(alloc, a), append(arp, p), append(traffic, t)
-		}
-		for _, m := range []struct {
-			what, unit string
-			d          []time.Duration
-		}{
-			{"Service created -> IP in status (watch)", "alloc", alloc},
-			{"IP in status -> first ARP reply from the owner at mypc", "arp", arp},
-			{"Service created -> first successful request from mypc", "traffic", traffic},
-		} {
-			sort.Slice(m.d, func(i, j int) bool { return m.d[i] < m.d[j] })
-			b.ReportMetric(pct(m.d, 50).Seconds(), m.unit+"-p50-s")
-			b.ReportMetric(pct(m.d, 99).Seconds(), m.unit+"-p99-s")
-			fmt.Fprintf(os.Stderr, "%s, %d runs: min %v p50 %v p90 %v p99 %v max %v\n", m.what,
-				len(m.d), m.d[0].Round(time.Millisecond), pct(m.d, 50).Round(time.Millisecond), pct(m.d, 90).Round(time.Millisecond),
-				pct(m.d, 99).Round(time.Millisecond), m.d[len(m.d)-1].Round(time.Millisecond))
-		}
+		b.ReportMetric(pct(m.d, 50).Seconds(), m.unit+"-p50-s")
+		b.ReportMetric(pct(m.d, 99).Seconds(), m.unit+"-p99-s")
+		fmt.Fprintf(os.Stderr, "%s, %d runs: %s\n", m.what, len(m.d), spread(m.d))
 	}
 }
 

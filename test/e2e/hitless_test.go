@@ -185,7 +185,7 @@ func (e *Env) placeBackends(t testing.TB, f *lbFixture, except string) {
 }
 
 // observe starts the client traffic and the announcer watch.
-func (e *Env) observe(t *testing.T, f *lbFixture, owner string) (*traffic, *moves) {
+func (e *Env) observe(t testing.TB, f *lbFixture, owner string) (*traffic, *moves) {
 	t.Helper()
 	mv := e.watchMoves(t, "default", f.name, owner)
 	return e.startTraffic(t, f.ip), mv
@@ -279,10 +279,20 @@ func TestHitlessSpeakerRollingUpdate(t *testing.T) {
 
 func hitlessRollingUpdate(t *testing.T, e *Env, ip string) {
 	dumpOnFailure(t, e, nil)
-	ctx := ctxT(t)
 	f := e.newLBFixture(t, "e2e-hl-rollout"+familySuffix(ip), ip)
+	rep, mv := e.rollSpeakersUnderTraffic(t, f)
+	requireHitless(t, "speaker rolling update", rep, mv)
+}
+
+// rollSpeakersUnderTraffic restarts every speaker of the installed implementation as a
+// rolling update (kubectl rollout restart of its DaemonSet, waiting for the rollout) while
+// mypc holds the hitless traffic on the fixture, and returns what the client and the
+// announcer watch saw.
+func (e *Env) rollSpeakersUnderTraffic(t testing.TB, f *lbFixture) (probe.Report, moveCount) {
+	t.Helper()
+	ctx := ctxT(t)
 	tr, mv := e.observe(t, f, f.owner)
-	ds := "daemonset/" + Release + "-speaker"
+	ds := "daemonset/" + e.Impl.speaker
 	if out, err := e.kubectl(ctx, "", "rollout", "restart", ds, "-n", Namespace); err != nil {
 		tr.stop(t)
 		t.Fatalf("rollout restart: %v\n%s", err, out)
@@ -292,7 +302,7 @@ func hitlessRollingUpdate(t *testing.T, e *Env, ip string) {
 		t.Fatalf("rollout status: %v\n%s", err, out)
 	}
 	time.Sleep(settle)
-	requireHitless(t, "speaker rolling update", tr.stop(t), mv.stop(t))
+	return tr.stop(t), mv.stop(t)
 }
 
 // TestHitlessSpeakerKill kills the owner's speaker process with SIGKILL (a

@@ -69,6 +69,30 @@ type Env struct {
 	Ephemeral bool
 	CS        kubernetes.Interface
 	C         client.WithWatch
+	// Impl is the load-balancer implementation installed: ironlb, unless
+	// BenchmarkVersusMetalLB has switched to MetalLB.
+	Impl *lbImpl
+}
+
+// lbImpl is a load-balancer implementation in Namespace: the objects the tests wait on and
+// how it is installed and removed (with its CRDs and the namespace).
+type lbImpl struct {
+	name string
+	// controller (Deployment), speaker (DaemonSet) and webhookService are its objects.
+	controller, speaker, webhookService string
+	// speakerLabels select its speaker pods.
+	speakerLabels map[string]string
+	install       func(e *Env, ctx context.Context) error
+	uninstall     func(e *Env, ctx context.Context) error
+}
+
+// ironlbImpl is the chart's release, installed as the walkthrough does.
+var ironlbImpl = &lbImpl{
+	name:       "ironlb",
+	controller: Release + "-controller", speaker: Release + "-speaker", webhookService: Release + "-webhook-service",
+	speakerLabels: map[string]string{"app.kubernetes.io/component": "speaker"},
+	install:       (*Env).install,
+	uninstall:     (*Env).uninstall,
 }
 
 func TestMain(m *testing.M) {
@@ -108,7 +132,7 @@ func setup(ctx context.Context) (*Env, func(), string, error) {
 	if err != nil {
 		return nil, nil, "", err
 	}
-	e := &Env{Root: root, Kubectl: tool(root, "E2E_KUBECTL", "kubectl"), Helm: tool(root, "E2E_HELM", "helm")}
+	e := &Env{Impl: ironlbImpl, Root: root, Kubectl: tool(root, "E2E_KUBECTL", "kubectl"), Helm: tool(root, "E2E_HELM", "helm")}
 	var teardown func()
 	kubeconfig := os.Getenv("E2E_KUBECONFIG")
 	hosts := os.Getenv("E2E_HOSTS")
@@ -224,6 +248,21 @@ func (e *Env) install(ctx context.Context) error {
 	return e.waitReady(ctx, 3*time.Minute)
 }
 
+// uninstall removes ironlb completely: helm uninstall (the chart's pre-delete hook releases
+// the IPs), then the CRDs Helm keeps (crds/) and the namespace.
+func (e *Env) uninstall(ctx context.Context) error {
+	if out, err := e.run(ctx, e.Helm, "--kubeconfig", e.Kubeconfig, "uninstall", Release, "-n", Namespace, "--wait", "--timeout", "2m", "--ignore-not-found"); err != nil {
+		return fmt.Errorf("helm uninstall: %w\n%s", err, out)
+	}
+	if out, err := e.kubectl(ctx, "", "delete", "-f", filepath.Join(e.Root, "charts", "ironlb", "crds"), "--ignore-not-found", "--wait", "--timeout=2m"); err != nil {
+		return fmt.Errorf("deleting ironlb's CRDs: %w\n%s", err, out)
+	}
+	if out, err := e.kubectl(ctx, "", "delete", "namespace", Namespace, "--ignore-not-found", "--wait", "--timeout=3m"); err != nil {
+		return fmt.Errorf("deleting namespace %s: %w\n%s", Namespace, err, out)
+	}
+	return nil
+}
+
 // waitReady waits until the controller Deployment and speaker DaemonSet are
 // fully rolled out and Ready and the webhook Service has a ready endpoint.
 func (e *Env) waitReady(ctx context.Context, timeout time.Duration) error {
@@ -236,12 +275,13 @@ func (e *Env) waitReady(ctx context.Context, timeout time.Duration) error {
 		}
 		time.Sleep(time.Second)
 	}
-	return fmt.Errorf("ironlb not ready after %s: %s", timeout, why)
+	return fmt.Errorf("%s not ready after %s: %s", e.Impl.name, timeout, why)
 }
 
+// notReady says why the installed implementation is not ready ("" when it is).
 func (e *Env) notReady(ctx context.Context) string {
 	var d appsv1.Deployment
-	if err := e.C.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: Release + "-controller"}, &d); err != nil {
+	if err := e.C.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: e.Impl.controller}, &d); err != nil {
 		return err.Error()
 	}
 	want := int32(1)
@@ -252,7 +292,7 @@ func (e *Env) notReady(ctx context.Context) string {
 		return fmt.Sprintf("controller: %d/%d ready, %d updated, %d total", d.Status.ReadyReplicas, want, d.Status.UpdatedReplicas, d.Status.Replicas)
 	}
 	var ds appsv1.DaemonSet
-	if err := e.C.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: Release + "-speaker"}, &ds); err != nil {
+	if err := e.C.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: e.Impl.speaker}, &ds); err != nil {
 		return err.Error()
 	}
 	s := ds.Status
@@ -261,7 +301,7 @@ func (e *Env) notReady(ctx context.Context) string {
 		return fmt.Sprintf("speakers: %d/%d ready, %d updated", s.NumberReady, s.DesiredNumberScheduled, s.UpdatedNumberScheduled)
 	}
 	var slices discoveryv1.EndpointSliceList
-	if err := e.C.List(ctx, &slices, client.InNamespace(Namespace), client.MatchingLabels{"kubernetes.io/service-name": Release + "-webhook-service"}); err != nil {
+	if err := e.C.List(ctx, &slices, client.InNamespace(Namespace), client.MatchingLabels{"kubernetes.io/service-name": e.Impl.webhookService}); err != nil {
 		return err.Error()
 	}
 	for _, sl := range slices.Items {

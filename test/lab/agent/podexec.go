@@ -1,11 +1,13 @@
 package agent
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -180,10 +182,8 @@ done:
 			return fmt.Errorf("pod-exec: setting the host name: %w", err)
 		}
 	}
-	for _, b := range binds {
-		if err := bindMount(b); err != nil {
-			return err
-		}
+	if err := mountAll(binds); err != nil {
+		return err
 	}
 	if workdir != "" {
 		if err := os.MkdirAll(workdir, 0o755); err != nil {
@@ -230,6 +230,40 @@ func switchUser(c Cred) error {
 	return nil
 }
 
+// mountAll bind-mounts binds as a container runtime does: parents before the mounts nested
+// in them (by path depth, the order runc sorts mounts in), and read-only only once every
+// mount is in place, so a mount nested in a read-only one (MetalLB's speaker mounts
+// /etc/metallb/memberlist inside /etc/metallb, both read-only) gets its mount point
+// created in the parent volume's directory instead of failing on a read-only file system.
+func mountAll(binds []Bind) error {
+	binds = slices.Clone(binds)
+	slices.SortStableFunc(binds, func(a, b Bind) int { return cmp.Compare(pathDepth(a.Dst), pathDepth(b.Dst)) })
+	for _, b := range binds {
+		if err := bindMount(b); err != nil {
+			return err
+		}
+	}
+	for _, b := range binds {
+		if !b.ReadOnly {
+			continue
+		}
+		if err := unix.Mount("", b.Dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+			return fmt.Errorf("pod-exec: read-only remount of %s: %w", b.Dst, err)
+		}
+	}
+	return nil
+}
+
+// pathDepth is the number of elements of a clean path ("/" is 0, "/etc/metallb" 2).
+func pathDepth(p string) int {
+	p = filepath.Clean(p)
+	if p == "/" {
+		return 0
+	}
+	return strings.Count(p, "/")
+}
+
+// bindMount bind-mounts b (read-write: mountAll makes it read-only afterwards).
 func bindMount(b Bind) error {
 	st, err := os.Stat(b.Src)
 	if err != nil {
@@ -257,11 +291,6 @@ func bindMount(b Bind) error {
 	}
 	if err := unix.Mount(b.Src, b.Dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("pod-exec: bind %s at %s: %w", b.Src, b.Dst, err)
-	}
-	if b.ReadOnly {
-		if err := unix.Mount("", b.Dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
-			return fmt.Errorf("pod-exec: read-only remount of %s: %w", b.Dst, err)
-		}
 	}
 	return nil
 }

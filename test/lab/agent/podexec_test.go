@@ -1,8 +1,12 @@
 package agent
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 func TestPodExecArgsRoundTrip(t *testing.T) {
@@ -55,5 +59,44 @@ func TestPodExecArgsRoundTrip(t *testing.T) {
 	}
 	if err := PodExecMain([]string{"--"}); err == nil {
 		t.Error("PodExecMain without a program: want an error")
+	}
+}
+
+// TestPodExecNestedReadOnlyMounts runs a container process through pod-exec with a
+// read-only volume mounted inside another read-only one, listed child first (MetalLB's
+// speaker mounts /etc/metallb/memberlist inside /etc/metallb): both are readable, neither
+// writable, and the parent does not hide the child.
+func TestPodExecNestedReadOnlyMounts(t *testing.T) {
+	requireRoot(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent, child := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(parent, "excludel2.yaml"), []byte("parent-file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(child, "config"), []byte("child-file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "etc-metallb")
+	w := &podWorker{a: &Agent{cfg: Config{Self: self}}, pod: &corev1.Pod{Spec: corev1.PodSpec{HostNetwork: true}}}
+	binds := []Bind{{Src: child, Dst: dst + "/memberlist", ReadOnly: true}, {Src: parent, Dst: dst, ReadOnly: true}}
+	script := `cat "$D/excludel2.yaml"; echo; cat "$D/memberlist/config"; echo; ` +
+		`touch "$D/x" 2>/dev/null || echo parent-read-only; touch "$D/memberlist/x" 2>/dev/null || echo child-read-only`
+	cmd := w.command(PodExec{Binds: binds}, "/bin/sh", []string{"-c", script})
+	cmd.Env = []string{"D=" + dst, "PATH=/usr/bin:/bin"}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	want := "parent-file\nchild-file\nparent-read-only\nchild-read-only\n"
+	if string(out) != want {
+		t.Errorf("the container's output is\n%s\nwant\n%s", out, want)
+	}
+	// The child's mount point was made in the parent volume's directory, as the kubelet's
+	// runtime makes it; the parent's content is otherwise untouched.
+	if st, err := os.Stat(filepath.Join(parent, "memberlist")); err != nil || !st.IsDir() {
+		t.Errorf("mount point memberlist in the parent volume: %v", err)
 	}
 }

@@ -146,6 +146,11 @@ type imageEntry struct {
 	Commands map[string]string `json:"commands,omitempty"`
 }
 
+// metallbImages are MetalLB's images and the command (bin/metallb-<command>) each runs.
+var metallbImages = map[string]string{"quay.io/metallb/controller": "controller", "quay.io/metallb/speaker": "speaker"}
+
+func isFile(p string) bool { st, err := os.Stat(p); return err == nil && st.Mode().IsRegular() }
+
 func (l *Lab) imagesPath() string { return filepath.Join(l.StateDir(), "images.json") }
 
 func (l *Lab) writeImageTable() error {
@@ -156,6 +161,13 @@ func (l *Lab) writeImageTable() error {
 		"traefik/whoami":    {Program: l.bin("lab-whoami"), Commands: map[string]string{"/whoami": l.bin("lab-whoami")}},
 		"nicolaka/netshoot": {Program: "sleep", Args: []string{"infinity"}},
 	}}
+	// MetalLB's images, for the side-by-side benchmark, when `make metallb` has built its
+	// commands from the Go module (hack/metallb); their entrypoints are /controller and /speaker.
+	for image, name := range metallbImages {
+		if prog := l.bin("metallb-" + name); isFile(prog) {
+			t.Images[image] = imageEntry{Program: prog, Commands: map[string]string{"/" + name: prog}}
+		}
+	}
 	b, err := json.MarshalIndent(t, "", "  ")
 	if err != nil {
 		return err

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/ironlb/ironlb/test/lab/agent"
 )
 
@@ -118,6 +120,34 @@ func TestImageTable(t *testing.T) {
 	for _, img := range []string{"traefik/whoami", "nicolaka/netshoot"} {
 		if tbl.Images[img].Program == "" {
 			t.Errorf("%s: %+v, want a stand-in program", img, tbl.Images[img])
+		}
+	}
+	// MetalLB's images run its commands from bin/ once `make metallb` has built them.
+	if _, ok := tbl.Images["quay.io/metallb/speaker"]; ok {
+		t.Errorf("quay.io/metallb/speaker is in the table without bin/metallb-speaker: %+v", tbl.Images["quay.io/metallb/speaker"])
+	}
+	for _, name := range []string{"controller", "speaker"} {
+		if err := os.MkdirAll(l.BinDir(), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(l.bin("metallb-"+name), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.writeImageTable(); err != nil {
+		t.Fatal(err)
+	}
+	if tbl, err = agent.LoadImageTable(l.imagesPath()); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"controller", "speaker"} {
+		img, err := tbl.Lookup("quay.io/metallb/" + name + ":v0.16.2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		prog, args, err := img.Resolve(&corev1.Container{Name: name, Args: []string{"--port=9120"}}, nil)
+		if err != nil || prog != l.bin("metallb-"+name) || len(args) != 1 || args[0] != "--port=9120" {
+			t.Errorf("quay.io/metallb/%s resolves to %q %q (%v), want bin/metallb-%s --port=9120", name, prog, args, err, name)
 		}
 	}
 }
