@@ -100,4 +100,14 @@ func TestConfigParsedOnlyWhenContentChanges(t *testing.T) {
 	ad.ResourceVersion = "7"
 	ad.Spec.IPAddressPools = []string{"p1"}
 	load("advertisement spec changed", 4)
+
+	// The cache lists objects in no stable order: another order of the
+	// same objects is the same configuration.
+	p2 := v1beta1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "p2", ResourceVersion: "8"},
+		Spec: v1beta1.IPAddressPoolSpec{Addresses: []string{"172.18.254.0/28"}}}
+	s.load(log, []v1beta1.IPAddressPool{p, p2}, []v1beta1.L2Advertisement{ad})
+	s.load(log, []v1beta1.IPAddressPool{p2, p}, []v1beta1.L2Advertisement{ad})
+	if len(lines) != 5 {
+		t.Errorf("the same pools listed in another order: %d configuration loads, want 5: %q", len(lines), lines)
+	}
 }
