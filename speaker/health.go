@@ -269,10 +269,9 @@ func (h *health) probeLoop(ctx context.Context, node string) {
 			return
 		}
 		if p == ownership.PathDown {
-			if took < lateRound {
-				misses++
-			}
-			v, why := silenceVerdict(misses, gone, scoreAnswered, took)
+			var v silence
+			var why string
+			v, misses, why = silenceVerdict(misses, gone, scoreAnswered, took)
 			switch v {
 			case silenceWait:
 				p = last
@@ -317,28 +316,36 @@ const (
 	silenceDistrusted
 )
 
-// silenceVerdict judges misses unanswered rounds in a row (a round that took
-// lateRound or more does not count: this speaker was starved during it) of a
-// node that memberlist has declared gone or not, given this speaker's
-// Lifeguard score when the node last answered and how long the last round
-// took, and returns why (appended to the probe's reason). A speaker that was already missing acks then (starved of CPU, or
-// its own network bad) cannot tell its own silence from the node's, and
-// defers to memberlist. The score at the last answer is used, not the
-// current one: memberlist's own probes of the silent node raise the current
-// score too (the other members' nacks arrive late when they are busy), so
-// it would partly measure the very silence being judged.
-func silenceVerdict(misses int, gone bool, scoreAnswered int, took time.Duration) (silence, string) {
+// silenceVerdict judges an unanswered probe round that took took, after
+// misses counted unanswered rounds in a row, of a node that memberlist has
+// declared gone or not, given this speaker's Lifeguard score when the node
+// last answered. It returns the verdict, the count of unanswered rounds
+// including this one, and why (appended to the probe's reason).
+//
+// A round that took lateRound or more does not count: this speaker was
+// starved during it and may not have read the answer. A speaker that was
+// already missing acks when the node last answered (starved of CPU, or its
+// own network bad) cannot tell its own silence from the node's, and defers to
+// memberlist. The score at the last answer is used, not the current one:
+// memberlist's own probes of the silent node raise the current score too (the
+// other members' nacks arrive late when they are busy), so it would partly
+// measure the very silence being judged.
+func silenceVerdict(misses int, gone bool, scoreAnswered int, took time.Duration) (silence, int, string) {
+	late := took >= lateRound
+	if !late {
+		misses++
+	}
 	switch {
 	case gone:
-		return silenceDown, ""
-	case took >= lateRound:
-		return silenceWait, " (a late round, " + took.Round(time.Millisecond).String() + ": this speaker was starved; not counted)"
+		return silenceDown, misses, ""
+	case late:
+		return silenceWait, misses, " (a late round, " + took.Round(time.Millisecond).String() + ": this speaker was starved; not counted)"
 	case misses < missedRounds:
-		return silenceWait, " (round " + strconv.Itoa(misses) + ")"
+		return silenceWait, misses, " (round " + strconv.Itoa(misses) + ")"
 	case scoreAnswered > 0:
-		return silenceDistrusted, "; this speaker was degraded when the node last answered (health score " + strconv.Itoa(scoreAnswered) + ")"
+		return silenceDistrusted, misses, "; this speaker was degraded when the node last answered (health score " + strconv.Itoa(scoreAnswered) + ")"
 	}
-	return silenceDown, ""
+	return silenceDown, misses, ""
 }
 
 // noInterface is probeOnce's reason when no target is on-link anywhere.

@@ -74,23 +74,26 @@ func TestSilenceVerdict(t *testing.T) {
 	const round = 150 * time.Millisecond
 	for _, tc := range []struct {
 		name          string
-		misses        int
+		before        int // unanswered rounds counted before this one
 		gone          bool
 		scoreAnswered int
 		took          time.Duration
 		want          silence
+		wantMisses    int
 	}{
-		{"first round", 1, false, 0, round, silenceWait},
-		{"enough rounds", missedRounds, false, 0, round, silenceDown},
-		{"more rounds", missedRounds + 3, false, 0, round, silenceDown},
-		{"degraded before the silence", missedRounds, false, 1, round, silenceDistrusted},
-		{"late round", missedRounds, false, 0, lateRound, silenceWait},
-		{"gone in memberlist, first round", 1, true, 0, round, silenceDown},
-		{"gone in memberlist, degraded, late", missedRounds, true, 2, time.Second, silenceDown},
+		{"first round", 0, false, 0, round, silenceWait, 1},
+		{"enough rounds", missedRounds - 1, false, 0, round, silenceDown, missedRounds},
+		{"more rounds", missedRounds + 2, false, 0, round, silenceDown, missedRounds + 3},
+		{"degraded before the silence", missedRounds - 1, false, 1, round, silenceDistrusted, missedRounds},
+		{"late round", missedRounds - 1, false, 0, lateRound, silenceWait, missedRounds - 1},
+		{"gone in memberlist, first round", 0, true, 0, round, silenceDown, 1},
+		{"gone in memberlist, degraded, late", missedRounds - 1, true, 2, time.Second, silenceDown, missedRounds - 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got, why := silenceVerdict(tc.misses, tc.gone, tc.scoreAnswered, tc.took); got != tc.want {
-				t.Errorf("silenceVerdict(%d, %v, %d, %v) = %d (%q), want %d", tc.misses, tc.gone, tc.scoreAnswered, tc.took, got, why, tc.want)
+			got, misses, why := silenceVerdict(tc.before, tc.gone, tc.scoreAnswered, tc.took)
+			if got != tc.want || misses != tc.wantMisses {
+				t.Errorf("silenceVerdict(%d, %v, %d, %v) = %d, %d misses (%q), want %d, %d misses",
+					tc.before, tc.gone, tc.scoreAnswered, tc.took, got, misses, why, tc.want, tc.wantMisses)
 			}
 		})
 	}
