@@ -30,7 +30,7 @@ func (g gossip) NotifyMsg(msg []byte) {
 			return
 		}
 		if v.Node != g.own.self {
-			g.log.V(1).Info("data-path verdict from a watcher", "node", v.Node, "verdict", v.Path.String())
+			g.log.Info("data-path verdict from a watcher", "node", v.Node, "verdict", v.Path.String())
 			g.own.SetPath(v.Node, v.Path, "", nil)
 		}
 		return

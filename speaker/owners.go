@@ -249,17 +249,22 @@ func (o *owners) applyLocked(changes []ownership.Change) {
 	o.flushLocked()
 	var mine []ownership.Claim
 	now := time.Now()
-	for _, ch := range changes {
-		o.metrics.ownerChanges.WithLabelValues(string(ch.Reason)).Inc()
-		// The one info line of an ownership change, on the nodes it
-		// involves, with its cause; the announcer and status work it
-		// causes is logged at debug.
+	for _, g := range groupChanges(changes) {
+		// The info line of an ownership change, on the nodes it involves,
+		// with its cause; the announcer and status work it causes is
+		// logged at debug.
 		log := o.log.V(1)
-		if ch.From == o.self || ch.To == o.self {
+		if g.from == o.self || g.to == o.self {
 			log = o.log
 		}
-		log.Info("owner changed", "ip", ch.Key, "from", ch.From, "to", ch.To, "reason", string(ch.Reason), "epoch", ch.Epoch,
-			"services", o.servicesOfLocked(ch.Key))
+		var svcs []string
+		for _, k := range g.keys {
+			svcs = append(svcs, o.servicesOfLocked(k)...)
+		}
+		log.Info("owner changed", "ips", g.keys, "from", g.from, "to", g.to, "reason", string(g.reason), "services", svcs)
+	}
+	for _, ch := range changes {
+		o.metrics.ownerChanges.WithLabelValues(string(ch.Reason)).Inc()
 		o.recordChangeLocked(now, ch)
 		if ch.Reason != ownership.ReasonLearned {
 			mine = append(mine, ownership.Claim{Key: ch.Key, Owner: ch.To, Epoch: ch.Epoch})
