@@ -107,9 +107,11 @@ func TestNetnsNodeHelper(t *testing.T) {
 	}})
 	go func() { _ = ann.Run(annCtx) }()
 	own := newOwners(log.WithName("ownership"), node, ownership.Options{Hold: hold}, ann, newMetrics(nil), nopRecorder{})
+	g := newGossip(log, own)
+	go g.run(ctx)
 	mo := membership.Options{
 		NodeName: node, BindAddr: os.Getenv("IRONLB_MB_IP"), BindPort: membership.DefaultPort,
-		SecretKey: []byte("bench"), RejoinInterval: time.Second, State: gossip{log: log, own: own},
+		SecretKey: []byte("bench"), RejoinInterval: time.Second, State: g,
 	}
 	// IRONLB_SUSPICION_MULT compares another suspicion window (0: default).
 	if v := os.Getenv("IRONLB_SUSPICION_MULT"); v != "" {

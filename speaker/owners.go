@@ -464,6 +464,9 @@ func (o *owners) refreshProxiesLocked() {
 				}
 			}
 		}
+		if len(ips) == 0 {
+			continue // its IPs moved (its data path is down): nothing to answer for
+		}
 		slices.SortFunc(ips, netip.Addr.Compare)
 		want[n] = proxied{ips: slices.Compact(ips), macs: o.macs[n]}
 	}

@@ -310,16 +310,81 @@ func TestVerdictFromWatcher(t *testing.T) {
 	if ann.announces("ns1/web") {
 		t.Fatalf("%s announces while %s owns the IP", next, owner)
 	}
-	g := gossip{log: logr.Discard(), own: o}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	g := newGossip(logr.Discard(), o)
+	go g.run(ctx)
 	g.NotifyMsg(ownership.AppendVerdict(nil, ownership.Verdict{Node: owner, Path: ownership.PathDown}))
-	if !ann.announces("ns1/web") {
-		t.Fatalf("%s (next in hash order) did not take over on the watchers' verdict that %s is down", next, owner)
-	}
-	// A verdict about this node itself is ignored: it knows better.
+	eventually(t, next+" takes over on the watchers' verdict that "+owner+" is down", 10*time.Second, func() string {
+		if !ann.announces("ns1/web") {
+			return "not announcing"
+		}
+		return ""
+	})
+	// A verdict about this node itself is ignored: it knows better. The
+	// verdict about another node behind it shows when it was handled.
+	other := rank[2]
 	g.NotifyMsg(ownership.AppendVerdict(nil, ownership.Verdict{Node: next, Path: ownership.PathDown}))
+	g.NotifyMsg(ownership.AppendVerdict(nil, ownership.Verdict{Node: other, Path: ownership.PathDown}))
+	eventually(t, "the verdicts handled", 10*time.Second, func() string {
+		if _, p := o.path(other); p != ownership.PathDown {
+			return other + "'s path is " + p.String()
+		}
+		return ""
+	})
 	if !ann.announces("ns1/web") {
 		t.Fatal("a verdict about itself made the node withdraw")
 	}
+}
+
+// TestNotifyMsgNeverWaitsForOwnership: memberlist's handler goroutine, which
+// calls NotifyMsg, also handles its failure detector's suspect and dead
+// messages, and drops messages when it falls 1,024 behind. So NotifyMsg
+// queues even while the ownership layer is busy (its lock held), and
+// what it queued is merged once the lock is free.
+func TestNotifyMsgNeverWaitsForOwnership(t *testing.T) {
+	nodes := []string{"w1", "w2", "w3"}
+	o, _ := testOwners(t, "w1", logr.Discard(), nodes...)
+	const n = 5000
+	var msgs [][]byte
+	for i := range n {
+		msgs = append(msgs, ownership.AppendClaims(nil, ownership.Claim{Key: fmt.Sprintf("10.1.%d.%d", i/256, i%256), Owner: "w2", Epoch: 3}))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	g := newGossip(logr.Discard(), o)
+	go g.run(ctx)
+
+	o.mu.Lock() // the ownership layer is busy
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, m := range msgs {
+			g.NotifyMsg(m)
+		}
+		g.NotifyMsg(ownership.AppendVerdict(nil, ownership.Verdict{Node: "w3", Path: ownership.PathDown}))
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		o.mu.Unlock()
+		t.Fatalf("NotifyMsg blocked while the ownership lock was held")
+	}
+	o.mu.Unlock()
+	eventually(t, "the queued claims and verdict merged", 10*time.Second, func() string {
+		if _, p := o.path("w3"); p != ownership.PathDown {
+			return "w3's path is " + p.String()
+		}
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		for i := range n {
+			k := fmt.Sprintf("10.1.%d.%d", i/256, i%256)
+			if c, ok := o.eng.Claim(k); !ok || c.Owner != "w2" || c.Epoch != 3 {
+				return "claim of " + k + " not merged"
+			}
+		}
+		return ""
+	})
 }
 
 // TestNodeSetsSwept: node sets no key uses any more (the endpoints of an ETP
@@ -464,4 +529,11 @@ func BenchmarkMergeClaims(b *testing.B) {
 		}
 		b.ReportMetric(float64(len(claims)), "claims/op")
 	}
+}
+
+// path returns what o's engine knows of node's speaker and data path.
+func (o *owners) path(node string) (ownership.Speaker, ownership.Path) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.eng.Speaker(node)
 }

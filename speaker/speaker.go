@@ -298,7 +298,9 @@ func Run(ctx context.Context, opts Options) error {
 		mo.BindAddr = opts.MLBindAddr
 		mo.BindPort = opts.MLBindPort
 		mo.SecretKey = key
-		mo.State = gossip{log: log.WithName("gossip"), own: own}
+		g := newGossip(log.WithName("gossip"), own)
+		go g.run(ctx)
+		mo.State = g
 		if ip := net.ParseIP(opts.MLBindAddr); (ip == nil || ip.IsUnspecified()) && opts.HostIP != "" {
 			mo.AdvertiseAddr = opts.HostIP
 		}
