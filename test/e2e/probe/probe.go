@@ -183,8 +183,11 @@ type Summary struct {
 	Total, Failed int
 	// Recovery is the time from At to the send time of the first successful
 	// request sent after the last failed one: when traffic flowed again for
-	// good. 0 when no request failed.
-	Recovery time.Duration
+	// good. 0 when no request failed. When no request sent after the last
+	// failed one succeeded (Unrecovered), it is the time to that last failed
+	// request: a lower bound, never 0.
+	Recovery    time.Duration
+	Unrecovered bool
 	// FailWindow is the time between the first and the last failed request's
 	// send times (plus nothing: one failure gives 0).
 	FailWindow time.Duration
@@ -208,9 +211,10 @@ func Summarize(recs []Record, at time.Time) Summary {
 	}
 	if s.Failed > 0 {
 		s.FailWindow = lastFail.Sub(firstFail)
+		s.Recovery, s.Unrecovered = lastFail.Sub(at), true
 		for _, r := range recs {
 			if r.OK && r.Sent.After(lastFail) {
-				s.Recovery = r.Sent.Sub(at)
+				s.Recovery, s.Unrecovered = r.Sent.Sub(at), false
 				break
 			}
 		}

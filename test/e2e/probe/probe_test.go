@@ -41,6 +41,11 @@ func TestSummarizeAndRoundTrip(t *testing.T) {
 	if s := Summarize(recs[:3], at); s.Recovery != 0 || s.Failed != 0 {
 		t.Errorf("no failures: %+v", s)
 	}
+	// The run ended before traffic recovered: the recovery is at least the
+	// last failure, never 0.
+	if s := Summarize(recs[:7], at); !s.Unrecovered || s.Recovery != 80*time.Millisecond {
+		t.Errorf("not recovered: %+v, want unrecovered, recovery >= 80ms", s)
+	}
 }
 
 func TestARPRoundTrip(t *testing.T) {
