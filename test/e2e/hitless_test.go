@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -115,13 +116,14 @@ func (e *Env) newLBFixture(t testing.TB, name, ip string) *lbFixture {
 }
 
 // placeBackends makes the fixture's backends one whoami pod on every worker
-// but except ("": on every worker) and waits for the endpoints to say so.
+// but except ("": on every worker) and waits until the endpoints say so and
+// every worker's kube-proxy sends the Service's connections to exactly those
+// backends.
 func (e *Env) placeBackends(t testing.TB, f *lbFixture, except string) {
 	t.Helper()
 	ctx := context.Background()
 	want := without(f.workers, except)
 	slices.Sort(want)
-	var gone []string // IPs of the backends deleted
 	for _, w := range f.workers {
 		pod := whoamiPod(f.name+"-"+w, f.name, w)
 		var cur corev1.Pod
@@ -131,58 +133,80 @@ func (e *Env) placeBackends(t testing.TB, f *lbFixture, except string) {
 			if err := e.C.Delete(ctx, &cur); err != nil && !apierrors.IsNotFound(err) {
 				t.Fatal(err)
 			}
-			if cur.Status.PodIP != "" {
-				gone = append(gone, cur.Status.PodIP)
-			}
 		case w != except && (apierrors.IsNotFound(err) || (err == nil && cur.DeletionTimestamp != nil)):
 			e.create(t, pod)
 		case err != nil && !apierrors.IsNotFound(err):
 			t.Fatal(err)
 		}
 	}
+	var backends []string // the ready endpoints' addresses
 	poll(t, 2*time.Minute, fmt.Sprintf("the endpoints of %s: ready on %v", f.name, want), func() (bool, string) {
 		var eps discoveryv1.EndpointSliceList
 		if err := e.C.List(ctx, &eps, client.InNamespace("default"), client.MatchingLabels{"kubernetes.io/service-name": f.name}); err != nil {
 			return false, err.Error()
 		}
 		var nodes []string
+		backends = nil
 		for _, sl := range eps.Items {
 			for _, ep := range sl.Endpoints {
 				if ep.Conditions.Ready != nil && *ep.Conditions.Ready && ep.NodeName != nil {
 					nodes = append(nodes, *ep.NodeName)
+					backends = append(backends, ep.Addresses...)
 				}
 			}
 		}
 		slices.Sort(nodes)
 		return slices.Equal(nodes, want), fmt.Sprintf("ready endpoints on %v", nodes)
 	})
+	slices.Sort(backends)
 	// The endpoints say so before every kube-proxy has applied it (its
-	// minimum sync period is 1 s): until then new connections may still be
-	// sent to the deleted backend, and would count against the action the
-	// test measures. Wait until no node has a rule of this Service to a
-	// deleted backend (only this Service's: the agent reuses pod IPs).
+	// minimum sync period is 1 s; a kube-proxy restarted with a node may
+	// take a minute with thousands of Services on a busy machine): until
+	// then new connections may still be sent to a deleted or restarted
+	// backend by the node that takes the IP over, and would count against
+	// the action the test measures.
 	svc := "default/" + f.name
-	for _, ip := range gone {
-		poll(t, 2*time.Minute, "no kube-proxy rule of "+svc+" to the deleted backend "+ip, func() (bool, string) {
-			for _, n := range f.workers {
-				r, err := e.Hosts.Run(ctx, n, "sh", "-c", "iptables-save -t nat 2>/dev/null; nft list ruleset 2>/dev/null")
-				if err != nil {
-					return false, err.Error()
-				}
-				for _, line := range strings.Split(r.Stdout, "\n") {
-					// iptables: --comment "default/svc:port" ... --to-destination IP:port;
-					// nftables: chain endpoint-...-default/svc/port__IP/port.
-					if strings.Contains(line, svc) {
-						if strings.Contains(line, "--to-destination "+ip+":") || strings.Contains(line, "__"+ip+"/") {
-							return false, n + " still has a rule of " + svc + " to " + ip
-						}
-					}
+	poll(t, 3*time.Minute, "every worker's kube-proxy rules of "+svc+" to exactly "+strings.Join(backends, ", "), func() (bool, string) {
+		for _, n := range f.workers {
+			r, err := e.Hosts.Run(ctx, n, "sh", "-c", "iptables-save -t nat 2>/dev/null; ip6tables-save -t nat 2>/dev/null; nft list ruleset 2>/dev/null")
+			if err != nil {
+				return false, err.Error()
+			}
+			if got := proxyDestinations(r.Stdout, svc); !slices.Equal(got, backends) {
+				return false, fmt.Sprintf("%s sends %s to %v", n, svc, got)
+			}
+		}
+		return true, ""
+	})
+}
+
+// proxyDestinations returns the backend addresses kube-proxy's rules (iptables or
+// nftables mode, as iptables-save and nft print them) send svc's connections to,
+// sorted and without repeats.
+func proxyDestinations(rules, svc string) []string {
+	var out []string
+	for _, line := range strings.Split(rules, "\n") {
+		// The Service's own rules only: iptables comments "default/svc:port" or
+		// "default/svc", nftables chains "...-default/svc/tcp/...".
+		if !strings.Contains(line, svc+":") && !strings.Contains(line, svc+"\"") && !strings.Contains(line, svc+"/") {
+			continue
+		}
+		for _, m := range proxyDestRE.FindAllStringSubmatch(line, -1) {
+			for _, a := range m[1:] {
+				if a != "" {
+					out = append(out, a)
 				}
 			}
-			return true, ""
-		})
+		}
 	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
+
+// proxyDestRE matches a DNAT target: iptables "--to-destination 10.10.1.2:80" or
+// "--to-destination [fd00::2]:80", nftables "dnat ip to 10.10.1.2:80" or an
+// endpoint chain "__10.10.1.2/80".
+var proxyDestRE = regexp.MustCompile(`--to-destination ([0-9.]+):[0-9]+|--to-destination \[([0-9a-fA-F:]+)\]:[0-9]+|__([0-9a-fA-F.:]+)/[0-9]+`)
 
 // observe starts the client traffic and the announcer watch.
 func (e *Env) observe(t testing.TB, f *lbFixture, owner string) (*traffic, *moves) {
