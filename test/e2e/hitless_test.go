@@ -183,30 +183,62 @@ func (e *Env) placeBackends(t testing.TB, f *lbFixture, except string) {
 // proxyDestinations returns the backend addresses kube-proxy's rules (iptables or
 // nftables mode, as iptables-save and nft print them) send svc's connections to,
 // sorted and without repeats.
+//
+// iptables: from the rules that name svc in their comment (KUBE-SERVICES,
+// KUBE-NODEPORTS), through the KUBE-EXT/SVC/SVL chains they jump to, to the
+// KUBE-SEP chains' DNAT targets. The chains are followed rather than the
+// endpoint rules' comments because kube-proxy leaves those comments out above
+// 1,000 endpoints. nftables: the endpoint chains, named after the Service and
+// the endpoint ("...-default/svc/tcp/__10.10.1.2/80").
 func proxyDestinations(rules, svc string) []string {
+	lines := strings.Split(rules, "\n")
 	var out []string
-	for _, line := range strings.Split(rules, "\n") {
-		// The Service's own rules only: iptables comments "default/svc:port" or
-		// "default/svc", nftables chains "...-default/svc/tcp/...".
-		if !strings.Contains(line, svc+":") && !strings.Contains(line, svc+"\"") && !strings.Contains(line, svc+"/") {
-			continue
+	seen := map[string]bool{}
+	var frontier []string
+	follow := func(line string) {
+		if m := proxyJumpRE.FindStringSubmatch(line); m != nil && !seen[m[1]] {
+			seen[m[1]] = true
+			frontier = append(frontier, m[1])
 		}
-		for _, m := range proxyDestRE.FindAllStringSubmatch(line, -1) {
-			for _, a := range m[1:] {
-				if a != "" {
-					out = append(out, a)
-				}
+	}
+	for _, line := range lines {
+		if strings.Contains(line, "\""+svc+":") || strings.Contains(line, "\""+svc+" ") || strings.Contains(line, "\""+svc+"\"") {
+			follow(line)
+		}
+		if strings.Contains(line, svc+"/") {
+			if m := nftEndpointRE.FindStringSubmatch(line); m != nil {
+				out = append(out, m[1])
 			}
+		}
+	}
+	byChain := map[string][]string{}
+	for _, line := range lines {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == "-A" {
+			byChain[f[1]] = append(byChain[f[1]], line)
+		}
+	}
+	for len(frontier) > 0 {
+		c := frontier[0]
+		frontier = frontier[1:]
+		for _, line := range byChain[c] {
+			if m := dnatRE.FindStringSubmatch(line); m != nil {
+				out = append(out, m[1]+m[2])
+			}
+			follow(line)
 		}
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
 }
 
-// proxyDestRE matches a DNAT target: iptables "--to-destination 10.10.1.2:80" or
-// "--to-destination [fd00::2]:80", nftables "dnat ip to 10.10.1.2:80" or an
-// endpoint chain "__10.10.1.2/80".
-var proxyDestRE = regexp.MustCompile(`--to-destination ([0-9.]+):[0-9]+|--to-destination \[([0-9a-fA-F:]+)\]:[0-9]+|__([0-9a-fA-F.:]+)/[0-9]+`)
+var (
+	// proxyJumpRE: a jump to a chain of the Service's path to its endpoints.
+	proxyJumpRE = regexp.MustCompile(`-j (KUBE-(?:EXT|SVC|SVL|SEP)-[A-Z0-9]+)`)
+	// dnatRE: iptables' "--to-destination 10.10.1.2:80" or "[fd00::2]:80".
+	dnatRE = regexp.MustCompile(`--to-destination (?:([0-9.]+)|\[([0-9a-fA-F:]+)\]):[0-9]+`)
+	// nftEndpointRE: an nftables endpoint chain's name.
+	nftEndpointRE = regexp.MustCompile(`__([0-9a-fA-F.:]+)/[0-9]+`)
+)
 
 // observe starts the client traffic and the announcer watch.
 func (e *Env) observe(t testing.TB, f *lbFixture, owner string) (*traffic, *moves) {
