@@ -35,6 +35,7 @@ import (
 	"github.com/ironlb/ironlb/api/v1beta1"
 	"github.com/ironlb/ironlb/internal/election"
 	"github.com/ironlb/ironlb/internal/layer2"
+	"github.com/ironlb/ironlb/test/procstat"
 )
 
 const testNS = "metallb-system"
@@ -455,23 +456,13 @@ func killAPIServer(t *testing.T, env *envtest.Environment) {
 	t.Fatalf("kube-apiserver with --secure-port=%s not found", port)
 }
 
-// parentPID reads the parent pid from /proc/<pid>/stat (field 4, after the
-// parenthesised command name).
+// parentPID reads the parent pid from /proc/<pid>/stat.
 func parentPID(procDir string) int {
-	b, err := os.ReadFile(filepath.Join(procDir, "stat"))
+	st, err := procstat.ReadFile(filepath.Join(procDir, "stat"))
 	if err != nil {
 		return -1
 	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return -1
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 2 {
-		return -1
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	return ppid
+	return st.PPID
 }
 
 // announcedBy checks the metallb_speaker_announced gauge of node for testVIP

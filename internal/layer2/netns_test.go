@@ -36,6 +36,8 @@ import (
 	"github.com/mdlayher/packet"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netns"
+
+	"github.com/ironlb/ironlb/test/procstat"
 )
 
 const helperEnv = "ILB_L2_ANNOUNCER_HELPER"
@@ -359,19 +361,11 @@ func (h *helper) do(t testing.TB, cmd string) string {
 
 // procCPU returns the user+system CPU time of a process.
 func procCPU(t testing.TB, pid int) time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := procstat.Read(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Fields after the parenthesised command name: utime is field 14,
-	// stime 15 (1-based) of the whole line.
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	var ut, st int64
-	_, _ = fmt.Sscan(f[11], &ut)
-	_, _ = fmt.Sscan(f[12], &st)
-	const clkTck = 100 // sysconf(_SC_CLK_TCK) on Linux
-	return time.Duration(ut+st) * time.Second / clkTck
+	return st.CPU()
 }
 
 // inNetns runs fn on an OS thread switched into namespace ns. Sockets opened

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
+
+	"github.com/ironlb/ironlb/test/procstat"
 )
 
 // The netns scale harness runs ONE MEMBER PER PROCESS, each in its own
@@ -551,20 +553,9 @@ func (c *nsmCluster) setPeers(b *testing.B, k int, ms ...*nsmMember) {
 func (c *nsmCluster) cpu() time.Duration {
 	var total time.Duration
 	for _, m := range c.members {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", m.cmd.Process.Pid))
-		if err != nil {
-			continue
+		if st, err := procstat.Read(m.cmd.Process.Pid); err == nil {
+			total += st.CPU()
 		}
-		// Fields after the ")" closing the command name: state is field 3,
-		// utime and stime are fields 14 and 15 (clock ticks, 100 per second).
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) < 13 {
-			continue
-		}
-		ut, _ := strconv.ParseInt(f[11], 10, 64)
-		st, _ := strconv.ParseInt(f[12], 10, 64)
-		total += time.Duration(ut+st) * 10 * time.Millisecond
 	}
 	return total
 }

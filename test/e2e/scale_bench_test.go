@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/ironlb/ironlb/api/v1beta1"
 	"github.com/ironlb/ironlb/test/lab/labctl"
+	"github.com/ironlb/ironlb/test/procstat"
 )
 
 // scalePool holds the scale benchmark's addresses: 8,192, on the lab's
@@ -252,24 +252,11 @@ func labCPU(ctx context.Context, e *Env, lab *labctl.Lab) map[string]float64 {
 // that of its children it has waited for (cutime, cstime: kube-proxy's
 // iptables-restore runs); 0 if it is gone.
 func cpuSeconds(pid int) float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := procstat.Read(pid)
 	if err != nil {
 		return 0
 	}
-	s := string(data)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 15 {
-		return 0
-	}
-	var ticks float64
-	for _, v := range f[11:15] { // fields 14-17 of stat(5): utime stime cutime cstime
-		t, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			return 0
-		}
-		ticks += t
-	}
-	return ticks / 100 // USER_HZ is 100 on Linux
+	return (time.Duration(st.UTime+st.STime+st.CUTime+st.CSTime) * procstat.ClockTick).Seconds()
 }
 
 // cpuDelta formats the CPU seconds spent between two labCPU readings, the

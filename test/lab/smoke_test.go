@@ -23,6 +23,7 @@ import (
 
 	"github.com/ironlb/ironlb/test/lab/labctl"
 	"github.com/ironlb/ironlb/test/lab/labnet"
+	"github.com/ironlb/ironlb/test/procstat"
 )
 
 const (
@@ -288,8 +289,8 @@ func smoke(t *testing.T, root string, l *labctl.Lab, labBin, mode string) {
 			t.Errorf("links left in the root namespace: %v", links)
 		}
 		for _, p := range labPids {
-			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p)); err == nil && !strings.Contains(string(b), ") Z ") {
-				t.Errorf("process %d still running: %s", p, b)
+			if st, err := procstat.Read(p); err == nil && st.State != "Z" {
+				t.Errorf("process %d still running: %+v", p, st)
 			}
 		}
 		if _, err := os.Stat(l.StateDir()); err == nil {

@@ -17,6 +17,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ironlb/ironlb/test/procstat"
 )
 
 // controllerUnderTest is a load balancer controller the benchmark can run against
@@ -202,39 +204,23 @@ func cpuTime(pid int) time.Duration {
 	if pid <= 0 {
 		return 0
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := procstat.Read(pid)
 	if err != nil {
 		return 0
 	}
-	// Fields after the command name (which is in parentheses and may hold spaces).
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * time.Second / 100 // USER_HZ is 100 on Linux
+	return st.CPU()
 }
 
 // childPid finds this process's child running the named binary (envtest's servers).
 func childPid(name string) int {
-	self := strconv.Itoa(os.Getpid())
+	self := os.Getpid()
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		st := string(b)
-		open, closing := strings.IndexByte(st, '('), strings.LastIndexByte(st, ')')
-		if open < 0 || closing < open || st[open+1:closing] != name {
-			continue
-		}
-		if f := strings.Fields(st[closing+1:]); len(f) > 1 && f[1] == self {
+		if st, err := procstat.Read(pid); err == nil && st.Comm == name && st.PPID == self {
 			return pid
 		}
 	}

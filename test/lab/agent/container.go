@@ -16,6 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/ironlb/ironlb/test/procstat"
 )
 
 type containerKind int
@@ -708,21 +710,11 @@ func writePidfile(path string, pid int) {
 }
 
 func procStartTime(pid int) (string, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := procstat.Read(pid)
 	if err != nil {
 		return "", err
 	}
-	// Field 22 (starttime) counts from the field after the command's closing paren.
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return "", fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return "", fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	return f[19], nil
+	return strconv.FormatUint(st.StartTime, 10), nil
 }
 
 // killLeftovers kills processes an earlier agent run started and left

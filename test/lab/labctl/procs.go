@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ironlb/ironlb/test/lab/labnet"
+	"github.com/ironlb/ironlb/test/procstat"
 )
 
 // Proc is a long-running lab process: a control-plane component, a node's kube-proxy or agent,
@@ -142,47 +143,17 @@ func readPid(path string) (int, error) {
 
 // startTime returns a process's start time in clock ticks since boot (0 if it is gone).
 func startTime(pid int) uint64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := procstat.Read(pid)
 	if err != nil {
 		return 0
 	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	// Fields after the comm: state is field 3, starttime field 22.
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return 0
-	}
-	st, _ := strconv.ParseUint(f[19], 10, 64)
-	return st
+	return st.StartTime
 }
 
 // alive reports whether pid runs and is not a zombie.
 func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	_, state, _ := statFields(string(b))
-	return state != "Z" && state != "X"
-}
-
-// statFields returns comm, state and ppid from /proc/PID/stat content.
-func statFields(stat string) (comm, state string, ppid int) {
-	open, closeIdx := strings.IndexByte(stat, '('), strings.LastIndexByte(stat, ')')
-	if open < 0 || closeIdx < open {
-		return "", "", 0
-	}
-	comm = stat[open+1 : closeIdx]
-	f := strings.Fields(stat[closeIdx+1:])
-	if len(f) >= 2 {
-		state = f[0]
-		ppid, _ = strconv.Atoi(f[1])
-	}
-	return comm, state, ppid
+	st, err := procstat.Read(pid)
+	return err == nil && st.State != "Z" && st.State != "X"
 }
 
 func rssKB(pid int) int64 {
@@ -211,12 +182,11 @@ func descendants(roots []int) []int {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		st, err := procstat.Read(pid)
 		if err != nil {
 			continue
 		}
-		_, _, ppid := statFields(string(b))
-		children[ppid] = append(children[ppid], pid)
+		children[st.PPID] = append(children[st.PPID], pid)
 	}
 	seen := map[int]bool{}
 	for _, r := range roots {
