@@ -257,6 +257,9 @@ func (o *owners) applyLocked(changes []ownership.Change) {
 		if g.from == o.self || g.to == o.self {
 			log = o.log
 		}
+		if !log.Enabled() {
+			continue // a debug line: not worth listing the Services for
+		}
 		var svcs []string
 		for _, k := range g.keys {
 			svcs = append(svcs, o.servicesOfLocked(k)...)
