@@ -199,7 +199,7 @@ func speakerLogger(t *testing.T, node string) logr.Logger {
 
 // eventually polls cond until it returns "" or the deadline passes; then it
 // fails with cond's last explanation.
-func eventually(t *testing.T, what string, deadline time.Duration, cond func() string) {
+func eventually(t testing.TB, what string, deadline time.Duration, cond func() string) {
 	t.Helper()
 	end := time.Now().Add(deadline)
 	for {
@@ -593,7 +593,7 @@ func checkOwner(t *testing.T, c client.Client, owner string) func() string {
 }
 
 // freeUDPTCPPort finds a port free for TCP and UDP on every given address.
-func freeUDPTCPPort(t *testing.T, addrs ...string) int {
+func freeUDPTCPPort(t testing.TB, addrs ...string) int {
 	t.Helper()
 	for i := 0; i < 50; i++ {
 		ln, err := net.Listen("tcp", addrs[0]+":0")

@@ -122,10 +122,22 @@ func (g *gossip) run(ctx context.Context) {
 }
 
 // broadcaster returns the function owners gossips its decisions with.
+//
+// A decision's claims are packed into as few messages as fit
+// (membership.MaxBroadcast bytes, ~20 claims): a takeover of 1,250 IPs is ~65
+// messages per survivor instead of 1,250, each of which cost every receiver a
+// slot in memberlist's handler queue of 1,024, shared with its suspect and
+// dead messages and with the watchers' verdicts. A lone claim keeps its key,
+// so a newer claim for the same IP replaces it in the queue; a pack replaces
+// nothing, which costs at most a stale claim that loses to the newer epoch.
 func broadcaster(ml *membership.List) func([]ownership.Claim) {
 	return func(claims []ownership.Claim) {
-		for _, c := range claims {
-			ml.Broadcast(c.Key, ownership.AppendClaims(nil, c))
+		if len(claims) == 1 {
+			ml.Broadcast(claims[0].Key, ownership.AppendClaims(nil, claims[0]))
+			return
+		}
+		for _, msg := range ownership.PackClaims(claims, membership.MaxBroadcast) {
+			ml.Broadcast("", msg)
 		}
 	}
 }

@@ -434,14 +434,25 @@ func (l *List) States() []MemberState {
 
 // Broadcast gossips msg to every member (StateDelegate.NotifyMsg), piggybacked
 // on memberlist's probes and retransmitted like its own messages. A later
-// broadcast with the same key replaces one not yet sent. msg must fit in a
-// UDP packet (about 1 KB).
+// broadcast with the same key replaces one not yet sent; with an empty key
+// the message replaces nothing and nothing replaces it. msg should be at most
+// MaxBroadcast bytes; one larger than a packet's room is never sent.
 func (l *List) Broadcast(key string, msg []byte) {
 	if l.queue == nil {
 		return
 	}
-	l.queue.QueueBroadcast(&broadcast{key: key, msg: msg})
+	if key == "" {
+		l.queue.QueueBroadcast(&uniqueBroadcast{msg: msg})
+		return
+	}
+	l.queue.QueueBroadcast(&namedBroadcast{key: key, msg: msg})
 }
+
+// MaxBroadcast is the size of the largest message Broadcast is sure to send
+// promptly: two fit in one encrypted gossip packet (memberlist's 1,400-byte
+// UDP buffer, less its headers and the encryption's) or ride on one probe,
+// with room left for memberlist's own messages, which go first.
+const MaxBroadcast = 600
 
 // SendToAll sends msg to every other live member at once (memberlist's
 // encrypted packet transport, best effort: no retransmission), for messages
@@ -596,18 +607,31 @@ func (l *List) normalise(addrs []string) []string {
 	return slices.Compact(out)
 }
 
-// broadcast is one queued application message.
-type broadcast struct {
+// namedBroadcast is a queued application message that a later one with the
+// same key replaces. It is a memberlist.NamedBroadcast, which the queue finds
+// by name; a plain Broadcast makes every enqueue scan the whole queue, which
+// a takeover queueing thousands of messages turns quadratic.
+type namedBroadcast struct {
 	key string
 	msg []byte
 }
 
-func (b *broadcast) Invalidates(other memberlist.Broadcast) bool {
-	o, ok := other.(*broadcast)
-	return ok && o.key == b.key
+func (b *namedBroadcast) Invalidates(other memberlist.Broadcast) bool {
+	o, ok := other.(memberlist.NamedBroadcast)
+	return ok && o.Name() == b.key
 }
-func (b *broadcast) Message() []byte { return b.msg }
-func (b *broadcast) Finished()       {}
+func (b *namedBroadcast) Name() string    { return b.key }
+func (b *namedBroadcast) Message() []byte { return b.msg }
+func (b *namedBroadcast) Finished()       {}
+
+// uniqueBroadcast is a queued application message that replaces nothing and
+// that nothing replaces.
+type uniqueBroadcast struct{ msg []byte }
+
+func (b *uniqueBroadcast) Invalidates(memberlist.Broadcast) bool { return false }
+func (b *uniqueBroadcast) UniqueBroadcast()                      {}
+func (b *uniqueBroadcast) Message() []byte                       { return b.msg }
+func (b *uniqueBroadcast) Finished()                             {}
 
 // stateDelegate adapts a StateDelegate to memberlist.Delegate.
 type stateDelegate struct {

@@ -75,6 +75,31 @@ func AppendClaims(buf []byte, claims ...Claim) []byte {
 	return buf
 }
 
+// PackClaims encodes claims as messages of at most maxBytes each, in order,
+// as few as fit: a takeover's claims go out as a few dozen gossip messages
+// instead of one per claim (each received message costs a slot in
+// memberlist's handler queue, which drops what overflows). A claim that does
+// not fit maxBytes on its own gets a message of its own.
+func PackClaims(claims []Claim, maxBytes int) [][]byte {
+	var out [][]byte
+	var msg []byte
+	for _, c := range claims {
+		one := AppendClaim(nil, c)
+		if len(msg) > 0 && len(msg)+len(one) > maxBytes {
+			out = append(out, msg)
+			msg = nil
+		}
+		if len(msg) == 0 {
+			msg = []byte{wireVersion}
+		}
+		msg = append(msg, one...)
+	}
+	if len(msg) > 0 {
+		out = append(out, msg)
+	}
+	return out
+}
+
 // AppendClaim appends one claim (without the version byte) to buf.
 func AppendClaim(buf []byte, c Claim) []byte {
 	buf = binary.AppendUvarint(buf, c.Epoch)

@@ -2,7 +2,9 @@ package ownership
 
 import (
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -18,6 +20,62 @@ func TestClaimsRoundTrip(t *testing.T) {
 	if !slices.Equal(got, in) {
 		t.Fatalf("round trip: got %v, want %v", got, in)
 	}
+}
+
+func TestPackClaims(t *testing.T) {
+	claim := func(i int) Claim {
+		return Claim{Key: fmt.Sprintf("172.18.%d.%d", 192+i/256, i%256), Owner: "myk8s-worker2", Epoch: uint64(i + 1)}
+	}
+	long := Claim{Key: "fc00:f853:ccd:e793::c8", Owner: strings.Repeat("n", maxNameLen), Epoch: 7}
+	for _, tc := range []struct {
+		name     string
+		claims   []Claim
+		maxBytes int
+		messages int
+	}{
+		{name: "none", maxBytes: 600},
+		{name: "one", claims: []Claim{claim(0)}, maxBytes: 600, messages: 1},
+		{name: "a takeover", claims: claimsOf(1250, claim), maxBytes: 600, messages: 66}, // 28-31 bytes a claim
+		{name: "one per message when only one fits", claims: claimsOf(3, claim), maxBytes: 40, messages: 3},
+		{name: "a claim larger than the limit goes alone", claims: []Claim{claim(0), long, claim(1)}, maxBytes: 100, messages: 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			msgs := PackClaims(tc.claims, tc.maxBytes)
+			if len(msgs) != tc.messages {
+				t.Errorf("%d messages, want %d", len(msgs), tc.messages)
+			}
+			var got []Claim
+			for i, m := range msgs {
+				if len(m) > tc.maxBytes && !slices.Contains(tc.claims, long) {
+					t.Errorf("message %d: %d bytes, over the limit of %d", i, len(m), tc.maxBytes)
+				}
+				cs, err := DecodeClaims(m)
+				if err != nil {
+					t.Fatalf("message %d: %v", i, err)
+				}
+				got = append(got, cs...)
+				// As few as fit: the next message's first claim would not
+				// have fitted in this one.
+				if i+1 < len(msgs) {
+					next, _ := DecodeClaims(msgs[i+1])
+					if len(m)+len(AppendClaim(nil, next[0])) <= tc.maxBytes {
+						t.Errorf("message %d (%d bytes) had room for the next claim", i, len(m))
+					}
+				}
+			}
+			if !slices.Equal(got, tc.claims) {
+				t.Errorf("decoded %v, want %v", got, tc.claims)
+			}
+		})
+	}
+}
+
+func claimsOf(n int, claim func(int) Claim) []Claim {
+	out := make([]Claim, n)
+	for i := range out {
+		out[i] = claim(i)
+	}
+	return out
 }
 
 func TestDecodeClaimsErrors(t *testing.T) {
