@@ -86,8 +86,15 @@ func TestSilenceVerdict(t *testing.T) {
 		{"more rounds", missedRounds + 2, false, 0, round, silenceDown, missedRounds + 3},
 		{"degraded before the silence", missedRounds - 1, false, 1, round, silenceDistrusted, missedRounds},
 		{"late round", missedRounds - 1, false, 0, lateRound, silenceWait, missedRounds - 1},
-		{"gone in memberlist, first round", 0, true, 0, round, silenceDown, 1},
-		{"gone in memberlist, degraded, late", missedRounds - 1, true, 2, time.Second, silenceDown, missedRounds - 1},
+		// memberlist's verdict never replaces the rounds: it is wrong
+		// exactly when the speakers are starved.
+		{"gone in memberlist, first round", 0, true, 0, round, silenceWait, 1},
+		{"gone in memberlist, late", missedRounds - 1, true, 0, time.Second, silenceWait, missedRounds - 1},
+		{"gone in memberlist, enough rounds", missedRounds - 1, true, 0, round, silenceDown, missedRounds},
+		// ... but it lifts a degraded watcher's distrust of its own silence.
+		{"gone in memberlist, degraded, late", missedRounds - 1, true, 2, time.Second, silenceWait, missedRounds - 1},
+		{"gone in memberlist, degraded, enough rounds", missedRounds - 1, true, 2, round, silenceDown, missedRounds},
+		{"degraded, gone only after the rounds", missedRounds + 3, true, 2, round, silenceDown, missedRounds + 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, misses, why := silenceVerdict(tc.before, tc.gone, tc.scoreAnswered, tc.took)
