@@ -135,12 +135,6 @@ func TestGratuitousARPOnTakeover(t *testing.T) {
 	n.a.SetBalancer("ns/a", []netip.Addr{vip1}, nil)
 	w := n.arpEnd("eth0")
 
-	// First the RFC 5227 probe, sent with the first burst.
-	f, p := parseARPWithLib(t, w.next(t))
-	if p.Operation != arp.OperationRequest || p.SenderIP != netip.IPv4Unspecified() || p.TargetIP != vip1 ||
-		!slices.Equal(f.Destination, ethernet.Broadcast) || p.SenderHardwareAddr.String() != eth0MAC {
-		t.Fatalf("first frame is not a probe for %s: eth dst %s, %+v", vip1, f.Destination, p)
-	}
 	for burst := range 3 {
 		for _, op := range []arp.Operation{arp.OperationRequest, arp.OperationReply} {
 			f, p := parseARPWithLib(t, w.next(t))
@@ -149,6 +143,10 @@ func TestGratuitousARPOnTakeover(t *testing.T) {
 				!slices.Equal(f.Destination, ethernet.Broadcast) || !slices.Equal(p.TargetHardwareAddr, ethernet.Broadcast) {
 				t.Fatalf("burst %d: want gratuitous %v for %s from %s to broadcast, got eth dst %s, %+v", burst, op, vip1, eth0MAC, f.Destination, p)
 			}
+		}
+		if burst == 0 {
+			// The RFC 5227 probe ends the first burst.
+			checkProbe(t, w.next(t), vip1)
 		}
 	}
 	waitFor(t, "gratuitous counter", func() bool {
@@ -164,11 +162,58 @@ func TestGratuitousARPOnTakeover(t *testing.T) {
 	checkReply(t, w.next(t), eth0MAC, vip1)
 }
 
+func checkProbe(t *testing.T, b []byte, ip netip.Addr) {
+	t.Helper()
+	f, p := parseARPWithLib(t, b)
+	if p.Operation != arp.OperationRequest || p.SenderIP != netip.IPv4Unspecified() || p.TargetIP != ip ||
+		!slices.Equal(f.Destination, ethernet.Broadcast) || p.SenderHardwareAddr.String() != eth0MAC {
+		t.Fatalf("want an RFC 5227 probe for %s, got eth dst %s, %+v", ip, f.Destination, p)
+	}
+}
+
+// TestTakeoverAnnouncesEveryIPFirst: a takeover of many IPs sends every IP's
+// gratuitous request before any IP's reply, and the probes last, so the last
+// IP's announcement waits behind one frame per IP, not three.
+func TestTakeoverAnnouncesEveryIPFirst(t *testing.T) {
+	n := startTestNet(t, Options{GratuitousCount: 1, GratuitousInterval: time.Hour, ConflictGrace: -1}, testLink("eth0", 2, eth0MAC, ""))
+	var ips []netip.Addr
+	for i := range 20 {
+		ips = append(ips, netip.AddrFrom4([4]byte{192, 0, 2, byte(100 + i)}))
+	}
+	n.a.SetBalancer("ns/a", ips, nil) // one call: one burst for all of them
+	w := n.arpEnd("eth0")
+	for _, rank := range []string{"request", "reply", "probe"} {
+		seen := map[netip.Addr]bool{}
+		for range ips {
+			_, p := parseARPWithLib(t, w.next(t))
+			ip := p.TargetIP
+			switch rank {
+			case "request":
+				if p.Operation != arp.OperationRequest || p.SenderIP != ip {
+					t.Fatalf("want every IP's gratuitous request first, got %+v", p)
+				}
+			case "reply":
+				if p.Operation != arp.OperationReply || p.SenderIP != ip {
+					t.Fatalf("want every IP's gratuitous reply second, got %+v", p)
+				}
+			case "probe":
+				if p.Operation != arp.OperationRequest || p.SenderIP != netip.IPv4Unspecified() {
+					t.Fatalf("want every IP's probe last, got %+v", p)
+				}
+			}
+			if !slices.Contains(ips, ip) || seen[ip] {
+				t.Fatalf("%s: frame for %s, want one for each of %v", rank, ip, ips)
+			}
+			seen[ip] = true
+		}
+	}
+}
+
 func TestGratuitousStopsOnLoss(t *testing.T) {
 	n := startTestNet(t, Options{GratuitousCount: 1000, GratuitousInterval: 1_000_000}, testLink("eth0", 2, eth0MAC, ""))
 	n.a.SetBalancer("ns/a", []netip.Addr{vip1}, nil)
 	w := n.arpEnd("eth0")
-	w.next(t) // probe: the burst has started
+	w.next(t) // the burst has started
 	n.a.DeleteBalancer("ns/a")
 	// Sends happen under the announcer lock, so nothing for vip1 is sent
 	// after DeleteBalancer returned; drain what was sent before.
@@ -178,7 +223,7 @@ func TestGratuitousStopsOnLoss(t *testing.T) {
 	n.a.SetBalancer("ns/b", []netip.Addr{vip2}, nil)
 	_, p := parseARPWithLib(t, w.next(t))
 	if p.TargetIP != vip2 {
-		t.Fatalf("after DeleteBalancer the next frame is for %s, want the probe for %s", p.TargetIP, vip2)
+		t.Fatalf("after DeleteBalancer the next frame is for %s, want the announcement of %s", p.TargetIP, vip2)
 	}
 }
 
@@ -260,7 +305,7 @@ func TestProbeAnswered(t *testing.T) {
 func TestInterfaceChanges(t *testing.T) {
 	n := startTestNet(t, Options{GratuitousCount: 1, GratuitousInterval: 1_000_000}, testLink("eth0", 2, eth0MAC, ""))
 	n.a.SetBalancer("ns/a", []netip.Addr{vip1}, nil)
-	n.arpEnd("eth0").next(t) // probe
+	n.arpEnd("eth0").next(t) // the announcement
 
 	// A new interface appears: it gets a responder and an announcement.
 	n.mu.Lock()
@@ -270,7 +315,7 @@ func TestInterfaceChanges(t *testing.T) {
 	waitFor(t, "responder on eth1", func() bool { return slices.Equal(n.a.Interfaces(), []string{"eth0", "eth1"}) })
 	_, p := parseARPWithLib(t, n.arpEnd("eth1").next(t))
 	if p.TargetIP != vip1 {
-		t.Fatalf("new interface: want probe for %s, got %+v", vip1, p)
+		t.Fatalf("new interface: want the announcement of %s, got %+v", vip1, p)
 	}
 
 	// eth0 goes down: its responder is closed.
@@ -304,7 +349,6 @@ func TestPeriodicRefresh(t *testing.T) {
 		testLink("eth0", 2, eth0MAC, ""))
 	n.a.SetBalancer("ns/a", []netip.Addr{vip1}, nil)
 	w := n.arpEnd("eth0")
-	w.next(t) // probe
 	// The takeover burst, then refresh bursts for as long as the IP is owned.
 	for i := range 4 {
 		for _, op := range []arp.Operation{arp.OperationRequest, arp.OperationReply} {
@@ -312,6 +356,9 @@ func TestPeriodicRefresh(t *testing.T) {
 			if p.Operation != op || p.SenderIP != vip1 || p.TargetIP != vip1 {
 				t.Fatalf("burst %d: want gratuitous %v for %s, got %+v", i, op, vip1, p)
 			}
+		}
+		if i == 0 {
+			checkProbe(t, w.next(t), vip1)
 		}
 	}
 	n.a.DeleteBalancer("ns/a")
@@ -328,9 +375,9 @@ func TestMetricNames(t *testing.T) {
 	n := startTestNet(t, Options{GratuitousCount: 1, GratuitousInterval: 1_000_000}, testLink("eth0", 2, eth0MAC, ""))
 	n.a.SetBalancer("ns/a", []netip.Addr{vip1}, nil)
 	w := n.arpEnd("eth0")
-	w.next(t) // probe
 	w.next(t) // gratuitous request
 	w.next(t) // gratuitous reply
+	w.next(t) // probe
 	w.send(t, arpRequest(t, vip1, ethernet.Broadcast))
 	w.next(t)
 	mfs, err := n.reg.Gather()

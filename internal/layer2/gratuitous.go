@@ -26,8 +26,8 @@ type burst struct {
 // scheduleLocked queues the takeover announcements of one IP on one
 // interface, the first due at once.
 //
-// The RFC 5227 probe goes out with the first burst instead of delaying the
-// claim by a probe wait (RFC 5227 waits 1-2 s plus 3 probes): on a failover
+// The RFC 5227 probe goes out with the first burst, after every IP's
+// announcements (sendRanked), instead of delaying the claim by a probe wait (RFC 5227 waits 1-2 s plus 3 probes): on a failover
 // the previous owner is usually dead and cannot answer, so waiting would only
 // add its full length to every failover, the number ironlb is judged on. A
 // live holder answers the probe (or announces itself) within a round trip,
@@ -107,6 +107,7 @@ func (a *Announcer) sendDue() time.Time {
 			}
 		}
 	}
+	var due []dueBurst
 	for k, b := range a.bursts {
 		if b.next.After(now) {
 			if next.IsZero() || b.next.Before(next) {
@@ -119,13 +120,11 @@ func (a *Announcer) sendDue() time.Time {
 			delete(a.bursts, k)
 			continue
 		}
-		n, err := r.sendGratuitous(k.ip, b.probe)
-		if n > 0 {
-			a.metricsFor(k.ip).gratuitous.Add(float64(n))
-		}
+		frames, err := r.gratuitousFrames(k.ip, b.probe)
 		if err != nil {
-			a.log.Error(err, "sending gratuitous announcement failed", "interface", k.iface, "ip", k.ip.String())
+			a.log.Error(err, "building gratuitous announcement failed", "interface", k.iface, "ip", k.ip.String())
 		}
+		due = append(due, dueBurst{k: k, r: r, frames: frames})
 		b.probe = false
 		b.left--
 		switch {
@@ -142,5 +141,50 @@ func (a *Announcer) sendDue() time.Time {
 			next = b.next
 		}
 	}
+	a.sendRanked(due)
 	return next
+}
+
+// dueBurst is the frames of one IP's burst being sent (sendRanked).
+type dueBurst struct {
+	k      burstKey
+	r      *responder
+	frames []announcement
+	sent   int  // gratuitous frames written
+	failed bool // a write failed: the rest of this burst is skipped
+}
+
+// sendRanked writes the due bursts one rank at a time: every IP's first
+// frame before any IP's second. A takeover of ~800 IPs is ~2,400 frames, and
+// on a loaded node each write, which runs the receiving side of a software
+// bridge or the NIC driver within the call, can take hundreds of
+// microseconds: sent IP by IP, the last IP's announcement waited behind
+// three frames of every other IP (0.7-1.4 s on the new owner in the lab at
+// 5,000 Services); ranked, it waits behind one frame per IP, and the
+// probes, which announce nothing, go last.
+func (a *Announcer) sendRanked(due []dueBurst) {
+	for rank, more := 0, true; more; rank++ {
+		more = false
+		for i := range due {
+			d := &due[i]
+			if d.failed || rank >= len(d.frames) {
+				continue
+			}
+			more = true
+			f := d.frames[rank]
+			if err := d.r.writeFrame(d.k.ip, f.b); err != nil {
+				d.failed = true
+				a.log.Error(err, "sending gratuitous announcement failed", "interface", d.k.iface, "ip", d.k.ip.String())
+				continue
+			}
+			if !f.probe {
+				d.sent++
+			}
+		}
+	}
+	for _, d := range due {
+		if d.sent > 0 {
+			a.metricsFor(d.k.ip).gratuitous.Add(float64(d.sent))
+		}
+	}
 }

@@ -440,68 +440,75 @@ const solicitedOverride = false
 // answers with a reply or a defending advertisement, which the read loops
 // report as a conflict.
 func (r *responder) sendProbe(ip netip.Addr) error {
+	var b []byte
+	var err error
 	if ip.Is4() {
-		if r.arp == nil {
-			return nil
-		}
-		b, err := arpProbe(r.link.MAC, ip)
-		if err != nil {
-			return err
-		}
-		_, err = r.arp.WriteTo(b, &packet.Addr{HardwareAddr: net.HardwareAddr(broadcastMAC[:])})
-		return err
+		b, err = arpProbe(r.link.MAC, ip)
+	} else {
+		b, err = buildDADProbe(r.link.MAC, ip)
 	}
-	if r.ndp == nil {
-		return nil
-	}
-	b, err := buildDADProbe(r.link.MAC, ip)
 	if err != nil {
 		return err
 	}
-	_, err = r.ndp.WriteTo(b, &packet.Addr{HardwareAddr: net.HardwareAddr(b[0:6])})
-	return err
+	return r.writeFrame(ip, b)
 }
 
-// sendGratuitous announces ip on this interface: for IPv4 the optional
-// RFC 5227 probe, then gratuitous request and reply; for IPv6 an unsolicited
-// Override advertisement to all nodes. It returns the number of gratuitous
-// frames sent (the probe is not counted).
-func (r *responder) sendGratuitous(ip netip.Addr, probe bool) (int, error) {
-	if ip.Is4() {
-		if r.arp == nil {
-			return 0, nil
+// announcement is one frame of a gratuitous burst.
+type announcement struct {
+	b []byte
+	// probe: the RFC 5227 probe, which announces nothing (not counted as
+	// a gratuitous frame).
+	probe bool
+}
+
+// gratuitousFrames returns the frames that announce ip on this interface,
+// most useful first: for IPv4 the gratuitous request (RFC 5227's
+// announcement), the gratuitous reply (for hosts that only learn from
+// replies), then, with probe, the RFC 5227 probe, which only detects a
+// conflict; for IPv6 an unsolicited Override advertisement to all nodes. None
+// when the interface has no socket for ip's family.
+func (r *responder) gratuitousFrames(ip netip.Addr, probe bool) ([]announcement, error) {
+	if !ip.Is4() {
+		if r.ndp == nil {
+			return nil, nil
 		}
-		if probe {
-			b, err := arpProbe(r.link.MAC, ip)
-			if err != nil {
-				return 0, err
-			}
-			if _, err := r.arp.WriteTo(b, &packet.Addr{HardwareAddr: net.HardwareAddr(broadcastMAC[:])}); err != nil {
-				return 0, err
-			}
-		}
-		frames, err := gratuitousARP(r.link.MAC, ip)
+		b, err := buildNA(r.link.MAC, r.mac, ip, ipv6AllNodes, multicastMAC(ipv6AllNodes), ip, false, true)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		sent := 0
-		for _, b := range frames {
-			if _, err := r.arp.WriteTo(b, &packet.Addr{HardwareAddr: net.HardwareAddr(broadcastMAC[:])}); err != nil {
-				return sent, err
-			}
-			sent++
-		}
-		return sent, nil
+		return []announcement{{b: b}}, nil
 	}
-	if r.ndp == nil {
-		return 0, nil
+	if r.arp == nil {
+		return nil, nil
 	}
-	b, err := buildNA(r.link.MAC, r.mac, ip, ipv6AllNodes, multicastMAC(ipv6AllNodes), ip, false, true)
+	frames, err := gratuitousARP(r.link.MAC, ip)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	if _, err := r.ndp.WriteTo(b, &packet.Addr{HardwareAddr: net.HardwareAddr(b[0:6])}); err != nil {
-		return 0, err
+	out := make([]announcement, 0, len(frames)+1)
+	for _, b := range frames {
+		out = append(out, announcement{b: b})
 	}
-	return 1, nil
+	if probe {
+		b, err := arpProbe(r.link.MAC, ip)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, announcement{b: b, probe: true})
+	}
+	return out, nil
+}
+
+// writeFrame sends a frame built for ip's family: ARP frames to the
+// broadcast address, NDP frames to their own destination MAC. Nothing when
+// the interface has no socket for that family.
+func (r *responder) writeFrame(ip netip.Addr, b []byte) error {
+	var err error
+	switch {
+	case ip.Is4() && r.arp != nil:
+		_, err = r.arp.WriteTo(b, &packet.Addr{HardwareAddr: net.HardwareAddr(broadcastMAC[:])})
+	case !ip.Is4() && r.ndp != nil:
+		_, err = r.ndp.WriteTo(b, &packet.Addr{HardwareAddr: net.HardwareAddr(b[0:6])})
+	}
+	return err
 }
