@@ -27,7 +27,8 @@ type burst struct {
 // interface, the first due at once.
 //
 // The RFC 5227 probe goes out with the first burst, after every IP's
-// announcements (sendRanked), instead of delaying the claim by a probe wait (RFC 5227 waits 1-2 s plus 3 probes): on a failover
+// announcements (sendRanked), instead of delaying the claim by a probe wait
+// (RFC 5227 waits 1-2 s plus 3 probes): on a failover
 // the previous owner is usually dead and cannot answer, so waiting would only
 // add its full length to every failover, the number ironlb is judged on. A
 // live holder answers the probe (or announces itself) within a round trip,
