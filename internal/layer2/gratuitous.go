@@ -92,7 +92,11 @@ func (a *Announcer) garpLoop(ctx context.Context) {
 func (a *Announcer) sendDue() time.Time {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	now := time.Now()
+	return a.sendDueLocked(time.Now())
+}
+
+// sendDueLocked is sendDue with a.mu held.
+func (a *Announcer) sendDueLocked(now time.Time) time.Time {
 	var next time.Time
 	for k, at := range a.rechecks {
 		if at.After(now) {
