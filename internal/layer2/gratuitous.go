@@ -160,13 +160,10 @@ type dueBurst struct {
 }
 
 // sendRanked writes the due bursts one rank at a time: every IP's first
-// frame before any IP's second. A takeover of ~800 IPs is ~2,400 frames, and
-// on a loaded node each write, which runs the receiving side of a software
-// bridge or the NIC driver within the call, can take hundreds of
-// microseconds: sent IP by IP, the last IP's announcement waited behind
-// three frames of every other IP (0.7-1.4 s on the new owner in the lab at
-// 5,000 Services); ranked, it waits behind one frame per IP, and the
-// probes, which announce nothing, go last.
+// frame before any IP's second, and the probes, which announce nothing,
+// last. A takeover of ~800 IPs is ~2,400 frames; when the sender is
+// preempted mid-burst on a loaded node, what is left waits, and ranked, what
+// is left is other IPs' repeats and probes, not their only announcement.
 func (a *Announcer) sendRanked(due []dueBurst) {
 	for rank, more := 0, true; more; rank++ {
 		more = false
