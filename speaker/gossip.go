@@ -132,12 +132,12 @@ func (g *gossip) run(ctx context.Context) {
 // nothing, which costs at most a stale claim that loses to the newer epoch.
 func broadcaster(ml *membership.List) func([]ownership.Claim) {
 	return func(claims []ownership.Claim) {
+		key := "" // a pack: replaces nothing
 		if len(claims) == 1 {
-			ml.Broadcast(claims[0].Key, ownership.AppendClaims(nil, claims[0]))
-			return
+			key = claims[0].Key
 		}
 		for _, msg := range ownership.PackClaims(claims, membership.MaxBroadcast) {
-			ml.Broadcast("", msg)
+			ml.Broadcast(key, msg)
 		}
 	}
 }

@@ -38,11 +38,7 @@ func newGossipPair(tb testing.TB) gossipPair {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	tb.Cleanup(cancel)
-	recv := newOwners(logr.Discard(), "w2", ownership.Options{Hold: 30 * time.Second}, newFakeAnnouncer(), newMetrics(nil), nopRecorder{})
-	for _, n := range []string{"w1", "w2", "w3"} {
-		recv.SetSpeaker(n, ownership.SpeakerAlive, time.Now())
-	}
-	recv.Sync(time.Now(), nil)
+	recv, _ := testOwners(tb, "w2", logr.Discard(), "w1", "w2", "w3")
 	g := newGossip(logr.Discard(), recv)
 	go g.run(ctx)
 

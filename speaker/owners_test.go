@@ -99,7 +99,7 @@ func (nopRecorder) AnnotatedEventf(runtime.Object, runtime.Object, map[string]st
 var _ recorder.EventRecorder = nopRecorder{}
 
 // testOwners is an owners for self in a synced cluster of live nodes.
-func testOwners(t *testing.T, self string, log logr.Logger, nodes ...string) (*owners, *fakeAnnouncer) {
+func testOwners(t testing.TB, self string, log logr.Logger, nodes ...string) (*owners, *fakeAnnouncer) {
 	t.Helper()
 	ann := newFakeAnnouncer()
 	o := newOwners(log, self, ownership.Options{Hold: 30 * time.Second}, ann, newMetrics(nil), nopRecorder{})
