@@ -575,3 +575,38 @@ func watchersVote(o *owners, node string, p ownership.Path, iface string, mac ne
 		o.Vote(ownership.Vote{Node: node, Watcher: w, Path: p, Seq: uint64(time.Now().UnixNano())}, iface, mac)
 	}
 }
+
+// TestSharedIPFollowsOneKey: a single-stack IPv4 Service and a dual-stack
+// one listed IPv6 first that share the IPv4 address are owned under one key,
+// so exactly one node announces the shared address (they used to follow
+// their first IPs, two keys placed apart, and two MACs answered).
+func TestSharedIPFollowsOneKey(t *testing.T) {
+	nodes := []string{"w1", "w2", "w3", "w4"}
+	v4, v6 := netip.MustParseAddr("172.18.254.15"), netip.MustParseAddr("fc00:f853:ccd:e799::15")
+	a := input(v4.String(), nodes...)
+	b := input(v4.String(), nodes...)
+	b.IPs = []netip.Addr{v6, v4}
+	if a.Key() != b.Key() {
+		t.Fatalf("keys %q and %q differ for Services sharing %s", a.Key(), b.Key(), v4)
+	}
+	announcers := map[string][]string{}
+	for _, n := range nodes {
+		o, ann := testOwners(t, n, logr.Discard(), nodes...)
+		// Some other Services first, so that least-loaded placement has
+		// loads to weigh.
+		for i := range 5 {
+			ip := fmt.Sprintf("172.18.254.%d", 100+i)
+			o.SetService(fmt.Sprintf("ns1/other-%d", i), input(ip, nodes...), lbService(ip))
+		}
+		o.SetService("ns1/sh-b", b, lbService(v6.String()))
+		o.SetService("ns1/sh-a", a, lbService(v4.String()))
+		for _, svc := range []string{"ns1/sh-a", "ns1/sh-b"} {
+			if ann.announces(svc) {
+				announcers[svc] = append(announcers[svc], n)
+			}
+		}
+	}
+	if len(announcers["ns1/sh-a"]) != 1 || !slices.Equal(announcers["ns1/sh-a"], announcers["ns1/sh-b"]) {
+		t.Fatalf("announcers of the Services sharing %s: sh-a %v, sh-b %v; want one node for both", v4, announcers["ns1/sh-a"], announcers["ns1/sh-b"])
+	}
+}
