@@ -147,6 +147,9 @@ type Engine struct {
 
 	// distrusted: SetTrusted(false); wasActing: Acting() when last checked.
 	distrusted, wasActing bool
+	// mayWas: mayAct() when last checked; relearnUntil: see relearnFor.
+	mayWas       bool
+	relearnUntil time.Time
 	lastLapse             time.Time // last check for lapsed votes
 	drops                 DropCounts
 }
@@ -198,6 +201,7 @@ func (e *Engine) SetSynced(now time.Time) []Change {
 		return nil
 	}
 	e.synced, e.syncedAt = true, now
+	e.mayWas = e.mayAct()
 	e.wasActing = e.Acting()
 	for name, n := range e.nodes {
 		if !n.alive() && n.goneSince.IsZero() {
@@ -388,6 +392,9 @@ func (e *Engine) Tick(now time.Time) []Change {
 		e.now = now
 	}
 	var changes []Change
+	if !e.wasActing && e.synced {
+		changes = e.actingChanged() // a relearning period may have ended
+	}
 	if now.Sub(e.lastLapse) >= time.Second {
 		// Votes that lapsed first, so that hold expiry places keys on
 		// the nodes that are placeable now.

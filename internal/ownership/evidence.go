@@ -265,13 +265,28 @@ func (e *Engine) SetTrusted(ok bool) []Change {
 	return e.actingChanged()
 }
 
+// relearnFor: a replica that regains the right to act (quorum or trust back)
+// waits this long before deciding, so that the push/pull its peers' return
+// or its carrier's triggers brings the claims it missed meanwhile: a key
+// created while it was cut off must not be placed by it a second time.
+const relearnFor = time.Second
+
+// mayAct: synced, trusted and with quorum.
+func (e *Engine) mayAct() bool { return e.synced && !e.distrusted && e.Quorum() }
+
 // Acting reports whether this replica makes transitions now: synced, trusted
-// and with quorum.
-func (e *Engine) Acting() bool { return e.synced && !e.distrusted && e.Quorum() }
+// and with quorum, for relearnFor already if it lacked one of them since it
+// synced.
+func (e *Engine) Acting() bool { return e.mayAct() && !e.now.Before(e.relearnUntil) }
 
 // actingChanged re-decides every key when the replica may act again: the
 // decisions it deferred meanwhile are due.
 func (e *Engine) actingChanged() []Change {
+	may := e.mayAct()
+	if may && !e.mayWas && e.synced {
+		e.relearnUntil = e.now.Add(relearnFor)
+	}
+	e.mayWas = may
 	acting := e.Acting()
 	was := e.wasActing
 	e.wasActing = acting
