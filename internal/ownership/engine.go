@@ -150,8 +150,8 @@ type Engine struct {
 	// mayWas: mayAct() when last checked; relearnUntil: see relearnFor.
 	mayWas       bool
 	relearnUntil time.Time
-	lastLapse             time.Time // last check for lapsed votes
-	drops                 DropCounts
+	lastLapse    time.Time // last check for lapsed votes
+	drops        DropCounts
 }
 
 // MaxEpoch bounds claim epochs: a transition never goes past it and a claim
