@@ -82,6 +82,11 @@ type health struct {
 	// distrustUntil is when a stall's or failed sends' distrust ends
 	// (UnixNano).
 	distrustUntil atomic.Int64
+	// answering reports whether this speaker answers for the IPs it owns
+	// (synced, with a valid configuration); the members learn it from this
+	// member's memberlist metadata (answersMeta) and hold a member that does
+	// not, so that its deputy answers for its IPs meanwhile. nil: always.
+	answering func() bool
 
 	// mu guards last and addrs, which the probe loops read.
 	mu     sync.Mutex
@@ -133,6 +138,7 @@ func (h *health) run(ctx context.Context) {
 	lastPoll, lastTick, lastResend := time.Now(), time.Now(), time.Now()
 	carrier := h.carrier()
 	h.trusted.Store(true)
+	answers := false // what this member's metadata says (answersMeta(false) at Start)
 	for {
 		select {
 		case <-ctx.Done():
@@ -161,6 +167,11 @@ func (h *health) run(ctx context.Context) {
 		}
 		lastPoll = now
 		h.updateTrust(now, carrier)
+		if a := h.answering == nil || h.answering(); a != answers {
+			answers = a
+			h.log.Info("telling the other speakers whether this one answers for its IPs", "answers", a)
+			h.ml.SetMeta(answersMeta(a))
+		}
 		h.poll(ctx, now)
 		h.polls.Add(1)
 		if now.Sub(lastTick) >= tickEvery {
@@ -173,6 +184,18 @@ func (h *health) run(ctx context.Context) {
 		}
 	}
 }
+
+// answersMeta is the memberlist metadata saying whether this speaker answers
+// for the IPs it owns; metaAnswers reads it. Empty metadata (a speaker of the
+// previous release) answers.
+func answersMeta(answers bool) []byte {
+	if answers {
+		return []byte{1}
+	}
+	return []byte{0}
+}
+
+func metaAnswers(meta []byte) bool { return len(meta) == 0 || meta[0] != 0 }
 
 // distrust makes this speaker distrust its own view for distrustFor from now.
 func (h *health) distrust(now time.Time) {
@@ -227,7 +250,13 @@ func (h *health) poll(ctx context.Context, now time.Time) {
 	seen := map[string]ownership.Speaker{}
 	for _, m := range h.ml.States() {
 		st := ownership.SpeakerAlive
-		if m.State == membership.StateSuspect {
+		switch {
+		case !metaAnswers(m.Meta):
+			// Alive but not answering for its IPs (starting, or no valid
+			// configuration): held like a speaker that is away, so that
+			// its deputy answers for them while its kernel delivers.
+			st = ownership.SpeakerGone
+		case m.State == membership.StateSuspect:
 			st = ownership.SpeakerSuspect
 		}
 		seen[m.Name] = st

@@ -51,11 +51,12 @@ type serviceView struct {
 
 // ownersView is the part of a snapshot the ownership layer holds.
 type ownersView struct {
-	synced   bool
-	services []serviceView
-	nodes    []statusview.Node
-	proxies  []statusview.Proxy
-	changes  []statusview.Change
+	synced, quorum, acting bool
+	known                  int // members the quorum counts
+	services               []serviceView
+	nodes                  []statusview.Node
+	proxies                []statusview.Proxy
+	changes                []statusview.Change
 }
 
 // view copies out, under the lock, what a snapshot shows of the Services
@@ -65,7 +66,8 @@ type ownersView struct {
 func (o *owners) view(f statusview.Filter) ownersView {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	v := ownersView{synced: o.eng.Synced()}
+	v := ownersView{synced: o.eng.Synced(), quorum: o.eng.Quorum(), acting: o.eng.Acting()}
+	v.known, _ = o.eng.Members()
 	for name, e := range o.services {
 		if f.Service != "" && f.Service != name {
 			continue
@@ -88,6 +90,12 @@ func (o *owners) view(f statusview.Filter) ownersView {
 		nd := statusview.Node{Name: n, Speaker: sp.String(), Path: path.String(), Held: o.eng.Held(n), Owned: o.eng.Load(n)}
 		if nd.Held {
 			nd.Deputy = o.eng.Deputy(n)
+		}
+		for w, p := range o.eng.Votes(n) {
+			if nd.Votes == nil {
+				nd.Votes = map[string]string{}
+			}
+			nd.Votes[w] = p.String()
 		}
 		v.nodes = append(v.nodes, nd)
 	}
@@ -120,6 +128,7 @@ func (s *statusSource) Snapshot(ctx context.Context, f statusview.Filter) status
 	snap := statusview.Snapshot{
 		SchemaVersion: statusview.SchemaVersion, Node: s.self, Time: time.Now().UTC(), Synced: v.synced,
 		Memberlist: s.ml != nil, Nodes: v.nodes, Interfaces: s.ann.Interfaces(), Services: []statusview.Service{},
+		Quorum: v.quorum, Acting: v.acting, KnownMembers: v.known,
 	}
 	if s.ml != nil {
 		snap.HealthScore = s.ml.HealthScore()
@@ -128,7 +137,7 @@ func (s *statusSource) Snapshot(ctx context.Context, f statusview.Filter) status
 			if m.State == membership.StateSuspect {
 				st = statusview.SpeakerSuspect
 			}
-			snap.Members = append(snap.Members, statusview.Member{Name: m.Name, Addr: m.Addr, State: st})
+			snap.Members = append(snap.Members, statusview.Member{Name: m.Name, Addr: m.Addr, State: st, NotAnswering: !metaAnswers(m.Meta)})
 		}
 	}
 	names := make([]string, 0, len(v.services))

@@ -298,6 +298,7 @@ func Run(ctx context.Context, opts Options) error {
 		mo.BindAddr = opts.MLBindAddr
 		mo.BindPort = opts.MLBindPort
 		mo.SecretKey = key
+		mo.Meta = answersMeta(false) // until synced with a valid configuration (health)
 		g := newGossip(log.WithName("gossip"), own, m)
 		go g.run(ctx)
 		mo.State = g
@@ -379,7 +380,8 @@ func Run(ctx context.Context, opts Options) error {
 			nodeAddrs:    func(ctx context.Context, node string) []netip.Addr { return nodeAddresses(ctx, mgr.GetClient(), node) },
 			links:        ann.Links,
 			linksChanged: linksChanged,
-			announcing:   ann.Interfaces}
+			announcing:   ann.Interfaces,
+			answering:    func() bool { return own.Synced() && r.hasConfig() }}
 		go h.run(ctx)
 		livenessKnown = h.awaitPoll
 	} else {
@@ -440,6 +442,14 @@ func Run(ctx context.Context, opts Options) error {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// hasConfig reports whether the speaker has a valid configuration (the last
+// one that parsed): without one it answers for nothing.
+func (r *serviceReconciler) hasConfig() bool {
+	r.cfg.mu.Lock()
+	defer r.cfg.mu.Unlock()
+	return r.cfg.cfg != nil
+}
 
 // shutdownTimeout bounds how long the manager's runnables get to stop.
 const shutdownTimeout = 5 * time.Second

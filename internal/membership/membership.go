@@ -88,6 +88,9 @@ type Options struct {
 	// transport replaces the UDP/TCP transport; tests use it to blackhole a
 	// member as a dead host would.
 	transport memberlist.Transport
+	// Meta is what this member says of itself from the start (SetMeta
+	// changes it); it needs State.
+	Meta []byte
 }
 
 // StateDelegate is the application state replicated over memberlist. Its
@@ -254,6 +257,8 @@ type List struct {
 	// crashed is set when the memberlist was shut down without leaving (tests
 	// simulating a crash); Leave would panic after Shutdown.
 	crashed atomic.Bool
+	// meta is what this member says of itself (SetMeta).
+	meta atomic.Pointer[[]byte]
 }
 
 // Interface is what the speaker needs from membership.
@@ -285,6 +290,10 @@ func Start(ctx context.Context, logger logr.Logger, opts Options) (*List, error)
 		done: make(chan struct{}),
 	}
 
+	if opts.Meta != nil {
+		m := slices.Clone(opts.Meta)
+		l.meta.Store(&m)
+	}
 	cfg := memberlist.DefaultLANConfig()
 	cfg.Name = opts.NodeName
 	cfg.BindAddr = opts.BindAddr
@@ -313,7 +322,7 @@ func Start(ctx context.Context, logger logr.Logger, opts Options) (*List, error)
 			NumNodes:       func() int { return l.ml.NumMembers() },
 			RetransmitMult: opts.RetransmitMult,
 		}
-		cfg.Delegate = stateDelegate{state: opts.State, queue: l.queue}
+		cfg.Delegate = stateDelegate{state: opts.State, queue: l.queue, l: l}
 	}
 	cfg.Logger = log.New(&logWriter{log: logger.WithName("memberlist")}, "", 0)
 	if opts.transport != nil {
@@ -413,6 +422,8 @@ type MemberState struct {
 	Name  string
 	Addr  string // ip:port
 	State State
+	// Meta is what the member says of itself (SetMeta).
+	Meta []byte
 }
 
 // States returns every member that is not dead or left, with its state,
@@ -426,7 +437,7 @@ func (l *List) States() []MemberState {
 		if n.State == memberlist.StateSuspect {
 			st = StateSuspect
 		}
-		out = append(out, MemberState{Name: n.Name, Addr: n.Address(), State: st})
+		out = append(out, MemberState{Name: n.Name, Addr: n.Address(), State: st, Meta: n.Meta})
 	}
 	slices.SortFunc(out, func(a, b MemberState) int { return strings.Compare(a.Name, b.Name) })
 	return out
@@ -637,9 +648,15 @@ func (b *uniqueBroadcast) Finished()                             {}
 type stateDelegate struct {
 	state StateDelegate
 	queue *memberlist.TransmitLimitedQueue
+	l     *List
 }
 
-func (d stateDelegate) NodeMeta(int) []byte { return nil }
+func (d stateDelegate) NodeMeta(limit int) []byte {
+	if m := d.l.meta.Load(); m != nil && len(*m) <= limit {
+		return *m
+	}
+	return nil
+}
 func (d stateDelegate) NotifyMsg(msg []byte) {
 	if len(msg) > 0 {
 		d.state.NotifyMsg(slices.Clone(msg)) // memberlist reuses the buffer

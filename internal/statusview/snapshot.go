@@ -9,7 +9,10 @@
 // are derived, by the speaker, from its own informer cache.
 package statusview
 
-import "time"
+import (
+	"net/netip"
+	"time"
+)
 
 // SchemaVersion is the version of Snapshot's JSON form. A reader refuses a
 // snapshot of another version rather than misread it; fields are only ever
@@ -35,6 +38,12 @@ type Snapshot struct {
 	// HealthScore is memberlist's Lifeguard score of this speaker (0 is
 	// healthy; higher means it is missing acks itself).
 	HealthScore int `json:"healthScore,omitempty"`
+	// Quorum: it sees a majority of the known membership (KnownMembers)
+	// alive; Acting: it makes ownership decisions (synced, with quorum,
+	// trusting its own view). A speaker that does not act only learns.
+	Quorum       bool `json:"quorum"`
+	Acting       bool `json:"acting"`
+	KnownMembers int  `json:"knownMembers,omitempty"`
 	// Members is this speaker's memberlist view, sorted by name.
 	Members []Member `json:"members,omitempty"`
 	// Nodes is what this speaker's ownership engine knows of every node.
@@ -55,6 +64,9 @@ type Member struct {
 	Name  string `json:"name"`
 	Addr  string `json:"addr,omitempty"`
 	State string `json:"state"` // alive or suspect
+	// NotAnswering: it says it does not answer for its IPs (starting, or
+	// without a valid configuration); it is held like a speaker that is away.
+	NotAnswering bool `json:"notAnswering,omitempty"`
 }
 
 // Node is what a speaker's ownership engine knows of one node.
@@ -70,6 +82,9 @@ type Node struct {
 	Deputy string `json:"deputy,omitempty"`
 	// Owned is how many keys it owns.
 	Owned int `json:"owned"`
+	// Votes are its watchers' findings on its data path this speaker
+	// holds, by watcher (up, down, unknown).
+	Votes map[string]string `json:"votes,omitempty"`
 }
 
 // Node speaker states and data-path verdicts, as ownership spells them.
@@ -113,12 +128,19 @@ type Service struct {
 	Conflict *Conflict `json:"conflict,omitempty"`
 }
 
-// Key is the Service's ownership key, its first IP.
+// Key is the Service's ownership key, its smallest IP (IPv4 before IPv6),
+// as the speaker's.
 func (s Service) Key() string {
-	if len(s.IPs) == 0 {
+	var key netip.Addr
+	for _, ip := range s.IPs {
+		if a, err := netip.ParseAddr(ip); err == nil && (!key.IsValid() || a.Less(key)) {
+			key = a
+		}
+	}
+	if !key.IsValid() {
 		return ""
 	}
-	return s.IPs[0]
+	return key.String()
 }
 
 // Conflict is another host answering for an announced IP.
