@@ -398,10 +398,17 @@ func (h *health) probeLoop(ctx context.Context, node string) {
 			}
 			last, lastMAC = p, mac.String()
 		}
+		// After an unanswered round the next one starts at once: the node's
+		// other watchers must reach the same finding before its IPs move, so
+		// each watcher's own confirmation must not wait out a pause.
+		pause := probeEvery
+		if misses > 0 && misses < missedRounds {
+			pause = 0
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(probeEvery):
+		case <-time.After(pause):
 		}
 	}
 }
