@@ -42,6 +42,7 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -384,6 +385,9 @@ func Run(ctx context.Context, opts Options) error {
 			answering:    func() bool { return own.Synced() && r.hasConfig() }}
 		go h.run(ctx)
 		livenessKnown = h.awaitPoll
+		if err := (&deletedNodes{Client: mgr.GetClient(), own: own}).setup(mgr); err != nil {
+			return err
+		}
 	} else {
 		rn := &readyNodes{Client: mgr.GetClient(), own: own}
 		if err := rn.setup(mgr); err != nil {
@@ -577,6 +581,36 @@ func nodeChanged() predicate.Predicate {
 			return !labels.Equals(o.Labels, n.Labels) || election.NetworkUnavailable(o) != election.NetworkUnavailable(n)
 		},
 	}
+}
+
+// deletedNodes tells ownership when a Node object is deleted: the cluster
+// shrank, and its speaker no longer counts in the quorum's membership.
+type deletedNodes struct {
+	client.Client
+	own *owners
+}
+
+func (d *deletedNodes) setup(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).Named("speaker-deleted-nodes").
+		For(&corev1.Node{}, builder.WithPredicates(predicate.Funcs{
+			CreateFunc:  func(event.CreateEvent) bool { return false },
+			UpdateFunc:  func(event.UpdateEvent) bool { return false },
+			GenericFunc: func(event.GenericEvent) bool { return false },
+		})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
+		Complete(d)
+}
+
+func (d *deletedNodes) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var node corev1.Node
+	err := d.Get(ctx, req.NamespacedName, &node)
+	switch {
+	case apierrors.IsNotFound(err):
+		d.own.Forget(req.Name)
+	case err != nil:
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{}, nil
 }
 
 // readyNodes is liveness without memberlist: a node whose Ready condition is

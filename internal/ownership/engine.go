@@ -392,15 +392,15 @@ func (e *Engine) Tick(now time.Time) []Change {
 		e.now = now
 	}
 	var changes []Change
-	if !e.wasActing && e.synced {
-		changes = e.actingChanged() // a relearning period may have ended
-	}
 	if now.Sub(e.lastLapse) >= time.Second {
-		// Votes that lapsed first, so that hold expiry places keys on
-		// the nodes that are placeable now.
+		// Votes that lapsed first, so that the decisions below place keys
+		// on the nodes that are placeable now.
 		e.lastLapse = now
 		changes = e.reaggregate()
 		changes = append(changes, e.forgetAndPrune()...)
+	}
+	if !e.wasActing && e.synced {
+		changes = append(changes, e.actingChanged()...) // a relearning period may have ended
 	}
 	var keys []string
 	for name := range e.away {

@@ -102,6 +102,12 @@ func (e *Engine) Vote(v Vote, now time.Time) ([]Change, VoteResult) {
 		return changes, VoteUnknownNode
 	}
 	if !slices.Contains(e.Watchers(v.Node, WatchersPerNode), v.Watcher) {
+		if v.Watcher == e.opts.Self {
+			// Its own finding, withdrawn as it stopped watching: nothing
+			// a peer sent, no drop.
+			delete(n.votes, v.Watcher)
+			return changes, VoteNotWatcher
+		}
 		e.drops[DropVoteNotWatcher]++
 		return changes, VoteNotWatcher
 	}
