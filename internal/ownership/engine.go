@@ -147,11 +147,13 @@ type Engine struct {
 
 	// distrusted: SetTrusted(false); wasActing: Acting() when last checked.
 	distrusted, wasActing bool
-	// mayWas: mayAct() when last checked; relearnUntil: see relearnFor.
-	mayWas       bool
-	relearnUntil time.Time
-	lastLapse    time.Time // last check for lapsed votes
-	drops        DropCounts
+	// mayWas: mayAct() when last checked; relearnUntil: see relearnFor;
+	// missedNews: while it could not act, a member came back or its trust
+	// did, so it may have missed decisions (it relearns before acting).
+	mayWas, missedNews bool
+	relearnUntil       time.Time
+	lastLapse          time.Time // last check for lapsed votes
+	drops              DropCounts
 }
 
 // MaxEpoch bounds claim epochs: a transition never goes past it and a claim
@@ -201,7 +203,7 @@ func (e *Engine) SetSynced(now time.Time) []Change {
 		return nil
 	}
 	e.synced, e.syncedAt = true, now
-	e.mayWas = e.mayAct()
+	e.mayWas, e.missedNews = e.mayAct(), false
 	e.wasActing = e.Acting()
 	for name, n := range e.nodes {
 		if !n.alive() && n.goneSince.IsZero() {
@@ -288,6 +290,9 @@ func (e *Engine) SetSpeaker(name string, s Speaker, now time.Time) []Change {
 	n.speaker = s
 	if s != SpeakerGone {
 		n.member = true
+		if !wasAlive && e.synced && !e.mayWas {
+			e.missedNews = true
+		}
 	}
 	if wasAlive == n.alive() {
 		return changes

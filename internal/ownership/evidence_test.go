@@ -75,16 +75,24 @@ func TestQuorum(t *testing.T) {
 	if c := d.SetKey("k", all); len(c) != 0 || owner(t, d, "k") != "" {
 		t.Fatalf("d without quorum placed a key: %v", c)
 	}
-	// The cluster shrank: a and b's Nodes were deleted.
-	d.Forget("a")
-	if c := d.Forget("b"); len(c) != 0 {
-		t.Fatalf("decided at once on regaining quorum, before relearning: %v", c)
+	// a comes back: d may have missed what the others decided while it
+	// could not hear them, so it relearns before deciding.
+	if c := d.SetSpeaker("a", SpeakerAlive, t0); len(c) != 0 {
+		t.Fatalf("decided at once on regaining quorum by a member's return, before relearning: %v", c)
 	}
 	if !d.Quorum() || d.Acting() {
-		t.Fatalf("after Forget: quorum %v (want true), acting %v (want false while relearning)", d.Quorum(), d.Acting())
+		t.Fatalf("a back: quorum %v (want true), acting %v (want false while relearning)", d.Quorum(), d.Acting())
 	}
 	if c := d.Tick(t0.Add(relearnFor)); len(c) != 1 || c[0].Reason != ReasonPlaced {
 		t.Fatalf("after relearning, the deferred placement: %v", c)
+	}
+	// The cluster shrank instead: a's Node was deleted, leaving c and d of
+	// three. That is evidence, not a return: it acts at once.
+	f, all2 := cluster(t, "d", Options{}, nodes...)
+	gone(f, t0, "a", "b")
+	f.SetKey("k", all2)
+	if c := f.Forget("a"); !f.Acting() || len(c) != 1 {
+		t.Fatalf("after Forget: acting %v, changes %v; want the placement at once", f.Acting(), c)
 	}
 	// Three of five alive: members gone for memberForget are forgotten by
 	// a replica that acts, and it keeps acting when two more go.
