@@ -23,6 +23,7 @@ import (
 
 	"github.com/ironlb/ironlb/internal/allocator"
 	"github.com/ironlb/ironlb/internal/k8smetrics"
+	"github.com/ironlb/ironlb/internal/service"
 )
 
 // serviceReconciler gives LoadBalancer Services of our class an IP and mirrors the
@@ -150,7 +151,7 @@ func (r *serviceReconciler) reconcile(ctx context.Context, req reconcile.Request
 	for _, p := range touched {
 		setPoolGauges(p, r.state.alloc.PoolStats(p))
 	}
-	old := ingressIPs(&svc)
+	old, _ := service.IngressIPs(&svc) // entries that do not parse are rewritten
 	var withdrawn []netip.Addr
 	for _, ip := range old {
 		if !slices.Contains(ips, ip) && !r.state.inAnyPoolLocked(ip) {

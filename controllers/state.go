@@ -7,7 +7,6 @@ import (
 	"reflect"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -22,11 +21,12 @@ import (
 	"github.com/ironlb/ironlb/internal/allocator"
 	"github.com/ironlb/ironlb/internal/config"
 	"github.com/ironlb/ironlb/internal/k8smetrics"
+	"github.com/ironlb/ironlb/internal/service"
 )
 
 // AnnotationAllocatedFromPool is written on every Service the controller gave an IP,
 // naming the IPAddressPool the IP came from (MetalLB's annotation).
-const AnnotationAllocatedFromPool = allocator.AnnotationIPAllocatedFromPool
+const AnnotationAllocatedFromPool = service.AnnotationIPAllocatedFromPool
 
 // state is what the reconcilers of one controller process share: the last valid
 // configuration and the allocator built from it. The allocator is not safe for
@@ -79,16 +79,11 @@ func (s *state) waitReady(ctx context.Context) error {
 	}
 }
 
-// handles reports whether svc is a LoadBalancer Service of our class. With no class
-// configured we handle only Services without spec.loadBalancerClass, as MetalLB does.
+// handles reports whether svc is a LoadBalancer Service of our class
+// (service.Handles: with no class configured, only Services without
+// spec.loadBalancerClass, as MetalLB does).
 func (s *state) handles(svc *corev1.Service) bool {
-	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
-		return false
-	}
-	if svc.Spec.LoadBalancerClass == nil {
-		return s.lbClass == ""
-	}
-	return *svc.Spec.LoadBalancerClass == s.lbClass
+	return service.Handles(svc, s.lbClass)
 }
 
 func (s *state) setRequeueServices(f func()) {
@@ -300,7 +295,9 @@ func (s *state) restoreLocked(ctx context.Context, cfg *config.Config) error {
 		if !s.handles(svc) {
 			continue
 		}
-		ips := ingressIPs(svc)
+		// An entry that does not parse cannot be held; the others are, so no
+		// other Service is given them. The reconcile rewrites the status.
+		ips, _ := service.IngressIPs(svc)
 		if len(ips) == 0 {
 			continue
 		}
@@ -344,30 +341,9 @@ func fallbackRequest(svc *corev1.Service, ips []netip.Addr) allocator.Request {
 	return req
 }
 
-// ingressIPs returns the parsable IPs of svc's status, in order.
-func ingressIPs(svc *corev1.Service) []netip.Addr {
-	var ips []netip.Addr
-	for _, ing := range svc.Status.LoadBalancer.Ingress {
-		if ip, err := netip.ParseAddr(strings.TrimSpace(ing.IP)); err == nil {
-			ips = append(ips, ip.Unmap())
-		}
-	}
-	return ips
-}
-
 // inAnyPoolLocked reports whether ip lies in a range of the running configuration.
 func (s *state) inAnyPoolLocked(ip netip.Addr) bool {
-	if s.cfg == nil {
-		return false
-	}
-	for _, p := range s.cfg.Pools {
-		for _, r := range p.Ranges {
-			if r.First.BitLen() == ip.BitLen() && r.First.Compare(ip) <= 0 && ip.Compare(r.Last) <= 0 {
-				return true
-			}
-		}
-	}
-	return false
+	return s.cfg.PoolFor([]netip.Addr{ip}) != ""
 }
 
 // poolObjectNames lists the IPAddressPool objects in the cache, valid or not.

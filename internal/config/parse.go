@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -101,6 +102,30 @@ func (c *Config) AdvertisementsFor(pool string) []*L2Advertisement {
 		}
 	}
 	return out
+}
+
+// PoolFor returns the pool whose ranges contain every one of ips, "" if none
+// does (or ips is empty). Pools never overlap (Parse rejects it), so the
+// answer is unique.
+func (c *Config) PoolFor(ips []netip.Addr) string {
+	if c == nil || len(ips) == 0 {
+		return ""
+	}
+	for name, p := range c.Pools {
+		if p != nil && p.containsAll(ips) {
+			return name
+		}
+	}
+	return ""
+}
+
+func (p *Pool) containsAll(ips []netip.Addr) bool {
+	for _, ip := range ips {
+		if !slices.ContainsFunc(p.Ranges, func(r Range) bool { return r.Contains(ip) }) {
+			return false
+		}
+	}
+	return true
 }
 
 // addressEntry is one parsed spec.addresses entry, remembered for the overlap check.
