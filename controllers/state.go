@@ -20,7 +20,7 @@ import (
 	"github.com/ironlb/ironlb/api/v1beta1"
 	"github.com/ironlb/ironlb/internal/allocator"
 	"github.com/ironlb/ironlb/internal/config"
-	"github.com/ironlb/ironlb/internal/k8smetrics"
+	"github.com/ironlb/ironlb/internal/configload"
 	"github.com/ironlb/ironlb/internal/service"
 )
 
@@ -44,6 +44,8 @@ type state struct {
 	alloc   *allocator.Allocator
 	cfg     *config.Config
 	noPools bool
+	// loader parses the configuration for check (its own lock).
+	loader configload.Loader
 	// configErr is why the newest configuration was refused ("" when it loaded);
 	// the allocator keeps running on the last good one meanwhile. poolErrs are
 	// its parts about each IPAddressPool, by pool name.
@@ -211,17 +213,19 @@ func (s *state) loadWithoutPools(cfg *config.Config) {
 	s.notifyPools(oldPools...)
 }
 
-// check parses the configuration in the cache and publishes the result in the
-// config_loaded_bool and config_stale_bool metrics, without applying it. Every
-// replica runs it; reload, on the leader, applies the result.
+// check loads the configuration in the cache (configload: parsed only when
+// it changed; it sets config_loaded_bool, config_stale_bool and
+// update_errors_total), without applying it. Every replica runs it; reload,
+// on the leader, applies the result.
 func (s *state) check(ctx context.Context) (*config.Config, error) {
-	cfg, err := s.parseConfig(ctx)
-	if err != nil {
-		k8smetrics.ConfigStale.Set(1)
+	// Not logged here: configReconciler logs the refusal, reload the load.
+	cfg, problem, err := s.loader.Read(ctx, logr.Discard(), s.cache, s.namespace, true)
+	switch {
+	case err != nil:
 		return nil, err
+	case problem != nil:
+		return nil, fmt.Errorf("invalid configuration: %w", problem)
 	}
-	k8smetrics.ConfigLoaded.Set(1)
-	k8smetrics.ConfigStale.Set(0)
 	return cfg, nil
 }
 
@@ -235,26 +239,6 @@ func (s *state) poolNamesLocked() []string {
 	}
 	sort.Strings(names)
 	return names
-}
-
-func (s *state) parseConfig(ctx context.Context) (*config.Config, error) {
-	var pools v1beta1.IPAddressPoolList
-	if err := s.cache.List(ctx, &pools, client.InNamespace(s.namespace)); err != nil {
-		return nil, fmt.Errorf("listing IPAddressPools in namespace %q: %w", s.namespace, err)
-	}
-	var ads v1beta1.L2AdvertisementList
-	if err := s.cache.List(ctx, &ads, client.InNamespace(s.namespace)); err != nil {
-		return nil, fmt.Errorf("listing L2Advertisements in namespace %q: %w", s.namespace, err)
-	}
-	var nss corev1.NamespaceList
-	if err := s.cache.List(ctx, &nss); err != nil {
-		return nil, fmt.Errorf("listing Namespaces: %w", err)
-	}
-	cfg, err := config.Parse(pools.Items, ads.Items, nss.Items)
-	if err != nil {
-		return nil, fmt.Errorf("invalid configuration: %w", err)
-	}
-	return cfg, nil
 }
 
 // restoreLocked builds the allocator for cfg and claims, before anything is

@@ -46,6 +46,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ironlb/ironlb/api/v1beta1"
+	"github.com/ironlb/ironlb/internal/configload"
 	"github.com/ironlb/ironlb/internal/configstate"
 	"github.com/ironlb/ironlb/internal/election"
 	"github.com/ironlb/ironlb/internal/httpsec"
@@ -546,8 +547,8 @@ func (r *serviceReconciler) setup(mgr ctrl.Manager) error {
 		// Not on status updates: the controller rewrites a pool's status
 		// with every allocation, and each would re-queue every Service on
 		// every speaker (5,000 Services: ~90 config parses a second each).
-		Watches(&v1beta1.IPAddressPool{}, all, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
-		Watches(&v1beta1.L2Advertisement{}, all, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&v1beta1.IPAddressPool{}, all, builder.WithPredicates(configload.PoolChanged())).
+		Watches(&v1beta1.L2Advertisement{}, all, builder.WithPredicates(configload.AdvertisementChanged())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(r)
 }

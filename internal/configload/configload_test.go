@@ -1,4 +1,4 @@
-package speaker
+package configload
 
 import (
 	"testing"
@@ -12,6 +12,14 @@ import (
 	"github.com/ironlb/ironlb/internal/config"
 	"github.com/ironlb/ironlb/internal/k8smetrics"
 )
+
+const testNS = "metallb-system"
+
+// load is the speaker's way to load: Namespaces not read.
+func (l *Loader) load(log logr.Logger, pools []v1beta1.IPAddressPool, ads []v1beta1.L2Advertisement) *config.Config {
+	cfg, _ := l.Load(log, pools, ads, nil)
+	return cfg
+}
 
 // The speaker publishes MetalLB's k8s_client config metrics: loaded once a
 // configuration parsed, stale while a newer one fails and the older one is in
@@ -36,7 +44,7 @@ func TestConfigMetrics(t *testing.T) {
 			t.Errorf("%s: update_errors_total grew by %v, want %v", step, got, errs)
 		}
 	}
-	s := &cfgState{}
+	s := &Loader{}
 	log := logr.Discard()
 
 	if cfg := s.load(log, pool("not-an-address"), nil); cfg != nil {
@@ -67,7 +75,7 @@ func TestConfigMetrics(t *testing.T) {
 func TestConfigParsedOnlyWhenContentChanges(t *testing.T) {
 	var lines []string
 	log := funcr.New(func(_, args string) { lines = append(lines, args) }, funcr.Options{})
-	s := &cfgState{}
+	s := &Loader{}
 	p := v1beta1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "p1", ResourceVersion: "1", Labels: map[string]string{"zone": "a"}},
 		Spec: v1beta1.IPAddressPoolSpec{Addresses: []string{"172.18.255.200-172.18.255.250"}}}
 	ad := v1beta1.L2Advertisement{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "a1", ResourceVersion: "2"}}
