@@ -185,21 +185,8 @@ func NewAnnouncer(log logr.Logger, opts Options) *Announcer {
 	return a
 }
 
-// SetBalancer sets the IPs balancer name owns on this node and the interfaces
-// to answer on (empty: all eligible). Newly owned IPs are announced at once
-// (by Run); IPs no longer owned are not answered once SetBalancer returns.
-func (a *Announcer) SetBalancer(name string, ips []netip.Addr, interfaces []string) {
-	a.Apply([]BalancerUpdate{{Name: name, IPs: ips, Interfaces: interfaces}})
-}
-
-// DeleteBalancer forgets balancer name. Its IPs (unless another balancer
-// shares them) are not answered or announced once DeleteBalancer returns.
-func (a *Announcer) DeleteBalancer(name string) {
-	a.Apply([]BalancerUpdate{{Name: name, Delete: true}})
-}
-
-// BalancerUpdate is one balancer's new IPs and interfaces (as SetBalancer), or
-// its removal (Delete, as DeleteBalancer).
+// BalancerUpdate is one balancer's new IPs and the interfaces to answer on
+// (empty: all eligible), or its removal (Delete).
 type BalancerUpdate struct {
 	Name       string
 	IPs        []netip.Addr
