@@ -18,7 +18,6 @@ import (
 
 	"github.com/ironlb/ironlb/internal/configload"
 	"github.com/ironlb/ironlb/internal/configstate"
-	"github.com/ironlb/ironlb/internal/k8smetrics"
 	"github.com/ironlb/ironlb/internal/textlimit"
 )
 
@@ -81,7 +80,7 @@ func (r *configReconciler) isLeader() bool {
 const maxLoggedProblems = 8192
 
 func (r *configReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
-	k8smetrics.Updates.Inc()
+	r.state.metrics.k8s.Updates.Inc()
 	if !r.isLeader() {
 		// Metrics only; the allocator is the leader's.
 		if _, err := r.state.check(ctx); err != nil {
@@ -92,7 +91,7 @@ func (r *configReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (
 	if err := r.state.reload(ctx); err != nil {
 		if !configstate.IsConfigError(err) {
 			// A refused configuration is counted once by the loader.
-			k8smetrics.UpdateErrors.Inc()
+			r.state.metrics.k8s.UpdateErrors.Inc()
 		}
 		// Not returned: retrying cannot fix a bad configuration; the next change
 		// of a watched object triggers a new attempt.

@@ -37,6 +37,7 @@ type state struct {
 	cache     cache.Cache
 	namespace string
 	lbClass   string
+	metrics   *metrics
 
 	mu sync.Mutex
 	// alloc is nil until the first valid configuration with at least one pool,
@@ -67,8 +68,10 @@ type state struct {
 	poolsChanged func(pools []string)
 }
 
-func newState(log logr.Logger, c cache.Cache, namespace, lbClass string) *state {
-	return &state{log: log, cache: c, namespace: namespace, lbClass: lbClass, ready: make(chan struct{})}
+func newState(log logr.Logger, c cache.Cache, namespace, lbClass string, m *metrics) *state {
+	s := &state{log: log, cache: c, namespace: namespace, lbClass: lbClass, metrics: m, ready: make(chan struct{})}
+	s.loader.Metrics = m.k8s
+	return s
 }
 
 // waitReady blocks until the allocator has been restored from Service status.
@@ -167,13 +170,13 @@ func (s *state) reload(ctx context.Context) error {
 	s.configErr, s.poolErrs = "", nil
 	newPools := s.poolNamesLocked()
 	for _, p := range newPools {
-		setPoolGauges(p, s.alloc.PoolStats(p))
+		s.metrics.setPoolGauges(p, s.alloc.PoolStats(p))
 	}
 	s.mu.Unlock()
 
 	for _, p := range oldPools {
 		if !slices.Contains(newPools, p) {
-			deletePoolGauges(p)
+			s.metrics.deletePoolGauges(p)
 		}
 	}
 	s.readyOnce.Do(func() { close(s.ready) })
@@ -203,7 +206,7 @@ func (s *state) loadWithoutPools(cfg *config.Config) {
 	s.configErr, s.poolErrs = "", nil
 	s.mu.Unlock()
 	for _, p := range oldPools {
-		deletePoolGauges(p)
+		s.metrics.deletePoolGauges(p)
 	}
 	s.readyOnce.Do(func() { close(s.ready) })
 	if !wasFrozen {

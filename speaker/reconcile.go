@@ -38,8 +38,10 @@ type serviceReconciler struct {
 	log  logr.Logger
 	opts Options
 	own  *owners
+	// k8s are the metallb_k8s_client_* metrics (newMetrics).
+	k8s *k8smetrics.Metrics
 	// cfg loads the configuration (Namespaces not read: the speaker does
-	// not use serviceAllocation).
+	// not use serviceAllocation); its Metrics are k8s.
 	cfg configload.Loader
 	// indexed: the cache has the indexService index (always in Run; tests
 	// with a plain client select by labels instead).
@@ -130,10 +132,10 @@ func (r *serviceReconciler) configProblem(ctx context.Context) (problem, err err
 // Reconcile computes one Service's Input; it counts in
 // metallb_k8s_client_updates_total and, on error, update_errors_total.
 func (r *serviceReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	k8smetrics.Updates.Inc()
+	r.k8s.Updates.Inc()
 	err := r.reconcile(ctx, req)
 	if err != nil {
-		k8smetrics.UpdateErrors.Inc()
+		r.k8s.UpdateErrors.Inc()
 	}
 	return reconcile.Result{}, err
 }

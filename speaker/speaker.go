@@ -320,6 +320,8 @@ func Run(ctx context.Context, opts Options) error {
 		log:    log.WithName("service"),
 		opts:   opts,
 		own:    own,
+		k8s:    m.k8s,
+		cfg:    configload.Loader{Metrics: m.k8s},
 	}
 	var joined atomic.Bool
 	if ml == nil {

@@ -43,8 +43,13 @@ import (
 )
 
 // Loader holds the last parsed configuration of one process. The zero
-// value is ready to use; it is safe for concurrent use.
+// value is ready to use (publishing no metrics); it is safe for concurrent
+// use.
 type Loader struct {
+	// Metrics receive the config metrics; nil: none are published. Set it
+	// before the first Load.
+	Metrics *k8smetrics.Metrics
+
 	mu  sync.Mutex
 	key string
 	cfg *config.Config
@@ -99,12 +104,16 @@ func (l *Loader) Load(log logr.Logger, pools []v1beta1.IPAddressPool, ads []v1be
 	if key == l.key {
 		return l.cfg, l.problem
 	}
+	if l.Metrics == nil {
+		l.Metrics = k8smetrics.New(nil)
+	}
+	m := l.Metrics
 	cfg, err := config.Parse(pools, ads, namespaces)
 	l.key = key
 	if err != nil {
-		k8smetrics.UpdateErrors.Inc()
+		m.UpdateErrors.Inc()
 		if l.cfg != nil {
-			k8smetrics.ConfigStale.Set(1)
+			m.ConfigStale.Set(1)
 		}
 		if l.problem == nil || err.Error() != l.problem.Error() {
 			log.Error(err, "invalid configuration; keeping the last valid one", "haveValid", l.cfg != nil)
@@ -114,8 +123,8 @@ func (l *Loader) Load(log logr.Logger, pools []v1beta1.IPAddressPool, ads []v1be
 	}
 	l.problem = nil
 	l.cfg = cfg
-	k8smetrics.ConfigLoaded.Set(1)
-	k8smetrics.ConfigStale.Set(0)
+	m.ConfigLoaded.Set(1)
+	m.ConfigStale.Set(0)
 	log.Info("configuration loaded", "pools", len(cfg.Pools), "l2Advertisements", len(cfg.L2Advertisements))
 	return cfg, nil
 }

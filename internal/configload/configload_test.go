@@ -5,6 +5,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -25,26 +26,25 @@ func (l *Loader) load(log logr.Logger, pools []v1beta1.IPAddressPool, ads []v1be
 // configuration parsed, stale while a newer one fails and the older one is in
 // use, one update error per refused configuration (not per reconcile).
 func TestConfigMetrics(t *testing.T) {
-	k8smetrics.ConfigLoaded.Set(0)
-	k8smetrics.ConfigStale.Set(0)
-	errs0 := testutil.ToFloat64(k8smetrics.UpdateErrors)
+	m := k8smetrics.New(prometheus.NewRegistry())
+	errs0 := testutil.ToFloat64(m.UpdateErrors)
 	pool := func(addr string) []v1beta1.IPAddressPool {
 		return []v1beta1.IPAddressPool{{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "p1", ResourceVersion: addr},
 			Spec: v1beta1.IPAddressPoolSpec{Addresses: []string{addr}}}}
 	}
 	check := func(step string, loaded, stale, errs float64) {
 		t.Helper()
-		if got := testutil.ToFloat64(k8smetrics.ConfigLoaded); got != loaded {
+		if got := testutil.ToFloat64(m.ConfigLoaded); got != loaded {
 			t.Errorf("%s: config_loaded_bool = %v, want %v", step, got, loaded)
 		}
-		if got := testutil.ToFloat64(k8smetrics.ConfigStale); got != stale {
+		if got := testutil.ToFloat64(m.ConfigStale); got != stale {
 			t.Errorf("%s: config_stale_bool = %v, want %v", step, got, stale)
 		}
-		if got := testutil.ToFloat64(k8smetrics.UpdateErrors) - errs0; got != errs {
+		if got := testutil.ToFloat64(m.UpdateErrors) - errs0; got != errs {
 			t.Errorf("%s: update_errors_total grew by %v, want %v", step, got, errs)
 		}
 	}
-	s := &Loader{}
+	s := &Loader{Metrics: m}
 	log := logr.Discard()
 
 	if cfg := s.load(log, pool("not-an-address"), nil); cfg != nil {
