@@ -1,11 +1,12 @@
 // Package membership tells a speaker which speakers are alive, fast.
 //
 // It wraps hashicorp/memberlist (SWIM gossip with Lifeguard) behind a small API:
-// Start, Join, Members, States, and a graceful Leave when the context ends. The
-// memberlist is only a failure detector; nothing is stored in it. Its timings are
-// ironlb's main failover lever: the defaults in DefaultOptions were chosen by the
-// measurements in docs/benchmarks-speaker.md (BenchmarkFailover and
-// TestFalsePositivesUnderLoad in this package).
+// Start, Join, Members, States, and a graceful Leave when the context ends.
+// memberlist itself is a failure detector; the speaker's state (its ownership
+// claims) only rides on its push/pull exchanges and broadcasts (Options.State).
+// Its timings are ironlb's main failover lever: the defaults in DefaultOptions
+// were chosen by the measurements in docs/benchmarks-speaker.md
+// (BenchmarkFailover and TestFalsePositivesUnderLoad in this package).
 package membership
 
 import (
@@ -117,11 +118,12 @@ func DefaultOptions() Options {
 	return Options{
 		BindAddr: "0.0.0.0",
 		BindPort: DefaultPort,
-		// BenchmarkFailover: kill seen by all survivors p50 0.56-0.63 s,
-		// max of 20 0.69-0.77 s (3 and 5 members); TestFalsePositivesUnderLoad:
-		// no false death in 3 x 10 min with every core saturated. The price:
-		// a member frozen for more than ~500 ms is declared dead
-		// (speaker BenchmarkStallARP); SuspicionMult moves both by 100 ms a step.
+		// Measured with BenchmarkFailover (failure detection time) and
+		// TestFalsePositivesUnderLoad (no false death with every core
+		// saturated); the figures are in docs/benchmarks-speaker.md. The
+		// price: a member frozen for more than a few probe rounds is
+		// declared dead (speaker BenchmarkStallARP, same document);
+		// SuspicionMult moves both by one ProbeInterval a step.
 		ProbeInterval:           100 * time.Millisecond,
 		ProbeTimeout:            50 * time.Millisecond,
 		SuspicionMult:           4,
