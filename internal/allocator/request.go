@@ -72,7 +72,7 @@ func ParseService(svc *corev1.Service) (Request, []Warning, error) {
 	if svc == nil {
 		return Request{}, nil, errorf(ReasonInvalidRequest, "", netip.Addr{}, "", "nil Service")
 	}
-	key := svc.Namespace + "/" + svc.Name
+	key := service.Key(svc)
 	var warns []Warning
 	req := Request{
 		Namespace: svc.Namespace,
