@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -90,6 +91,16 @@ func Parse(pools []v1beta1.IPAddressPool, ads []v1beta1.L2Advertisement, namespa
 		return nil, errors.Join(all...)
 	}
 	return cfg, nil
+}
+
+// OlderFirst orders objects oldest first (creation time, then name): the
+// order to pass them to Parse in, so a conflict between two stored objects is
+// blamed on the newer one whatever order they were listed in.
+func OlderFirst(a, b *metav1.ObjectMeta) int {
+	if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Name, b.Name)
 }
 
 // AdvertisementsFor returns the L2Advertisements that apply to the named pool, in

@@ -108,6 +108,12 @@ func (l *Loader) Load(log logr.Logger, pools []v1beta1.IPAddressPool, ads []v1be
 		l.Metrics = k8smetrics.New(nil)
 	}
 	m := l.Metrics
+	// Oldest first, as the webhook parses them: the cache lists objects in
+	// no stable order, and of two conflicting objects the newer is blamed.
+	pools = slices.Clone(pools)
+	ads = slices.Clone(ads)
+	slices.SortStableFunc(pools, func(a, b v1beta1.IPAddressPool) int { return config.OlderFirst(&a.ObjectMeta, &b.ObjectMeta) })
+	slices.SortStableFunc(ads, func(a, b v1beta1.L2Advertisement) int { return config.OlderFirst(&a.ObjectMeta, &b.ObjectMeta) })
 	cfg, err := config.Parse(pools, ads, namespaces)
 	l.key = key
 	if err != nil {
