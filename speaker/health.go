@@ -47,6 +47,9 @@ const (
 	// voteRefresh: a watcher casts its standing finding into its own replica
 	// this often (its resends carry what its replica holds).
 	voteRefresh = time.Second
+	// answerCheck: how often this speaker checks whether it can answer for
+	// its IPs (it reads the configuration from its cache).
+	answerCheck = time.Second
 )
 
 // prober is what health needs from layer2.Prober.
@@ -83,9 +86,10 @@ type health struct {
 	// (UnixNano).
 	distrustUntil atomic.Int64
 	// answering reports whether this speaker answers for the IPs it owns
-	// (synced, with a valid configuration); the members learn it from this
-	// member's memberlist metadata (answersMeta) and hold a member that does
-	// not, so that its deputy answers for its IPs meanwhile. nil: always.
+	// (a valid configuration); the members learn it from this member's
+	// memberlist metadata (answersMeta) and hold a member that does not, so
+	// that its deputy answers for its IPs meanwhile. nil: always. Asked
+	// every answerCheck.
 	answering func() bool
 
 	// mu guards last and addrs, which the probe loops read.
@@ -138,7 +142,8 @@ func (h *health) run(ctx context.Context) {
 	lastPoll, lastTick, lastResend := time.Now(), time.Now(), time.Now()
 	carrier := h.carrier()
 	h.trusted.Store(true)
-	answers := false // what this member's metadata says (answersMeta(false) at Start)
+	answers := true // what this member's metadata says (empty at Start: answers)
+	var lastAnswerCheck time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -167,10 +172,13 @@ func (h *health) run(ctx context.Context) {
 		}
 		lastPoll = now
 		h.updateTrust(now, carrier)
-		if a := h.answering == nil || h.answering(); a != answers {
-			answers = a
-			h.log.Info("telling the other speakers whether this one answers for its IPs", "answers", a)
-			h.ml.SetMeta(answersMeta(a))
+		if h.answering != nil && now.Sub(lastAnswerCheck) >= answerCheck {
+			lastAnswerCheck = now
+			if a := h.answering(); a != answers {
+				answers = a
+				h.log.Info("telling the other speakers whether this one answers for its IPs", "answers", a)
+				h.ml.SetMeta(answersMeta(a))
+			}
 		}
 		h.poll(ctx, now)
 		h.polls.Add(1)

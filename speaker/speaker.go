@@ -47,6 +47,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ironlb/ironlb/api/v1beta1"
+	"github.com/ironlb/ironlb/internal/configload"
 	"github.com/ironlb/ironlb/internal/configstate"
 	"github.com/ironlb/ironlb/internal/election"
 	"github.com/ironlb/ironlb/internal/httpsec"
@@ -299,7 +300,6 @@ func Run(ctx context.Context, opts Options) error {
 		mo.BindAddr = opts.MLBindAddr
 		mo.BindPort = opts.MLBindPort
 		mo.SecretKey = key
-		mo.Meta = answersMeta(false) // until synced with a valid configuration (health)
 		g := newGossip(log.WithName("gossip"), own, m)
 		go g.run(ctx)
 		mo.State = g
@@ -321,8 +321,15 @@ func Run(ctx context.Context, opts Options) error {
 		log:    log.WithName("service"),
 		opts:   opts,
 		own:    own,
+		k8s:    m.k8s,
+		cfg:    configload.Loader{Metrics: m.k8s},
 	}
-	var joined atomic.Bool
+	var joined, cacheSynced atomic.Bool
+	go func() {
+		if mgr.GetCache().WaitForCacheSync(ctx) {
+			cacheSynced.Store(true)
+		}
+	}()
 	if ml == nil {
 		joined.Store(true)
 	}
@@ -382,7 +389,7 @@ func Run(ctx context.Context, opts Options) error {
 			links:        ann.Links,
 			linksChanged: linksChanged,
 			announcing:   ann.Interfaces,
-			answering:    func() bool { return own.Synced() && r.hasConfig() }}
+			answering:    func() bool { return r.answers(ctx, &cacheSynced) }}
 		go h.run(ctx)
 		livenessKnown = h.awaitPoll
 		if err := (&deletedNodes{Client: mgr.GetClient(), own: own}).setup(mgr); err != nil {
@@ -447,12 +454,18 @@ func Run(ctx context.Context, opts Options) error {
 
 func ptr[T any](v T) *T { return &v }
 
-// hasConfig reports whether the speaker has a valid configuration (the last
-// one that parsed): without one it answers for nothing.
-func (r *serviceReconciler) hasConfig() bool {
-	r.cfg.mu.Lock()
-	defer r.cfg.mu.Unlock()
-	return r.cfg.cfg != nil
+// answers reports whether this speaker can answer for the IPs it owns, as
+// far as it knows: once its caches are synced, only with a valid
+// configuration (the last one that parsed). Before, it does not know yet and
+// says it does, as a speaker of the previous release: a starting speaker is
+// placeable as before, and one that finds no valid configuration says so as
+// soon as its caches tell it.
+func (r *serviceReconciler) answers(ctx context.Context, cacheSynced *atomic.Bool) bool {
+	if !cacheSynced.Load() {
+		return true
+	}
+	cfg, err := r.config(ctx)
+	return err != nil || cfg != nil
 }
 
 // shutdownTimeout bounds how long the manager's runnables get to stop.
@@ -560,8 +573,8 @@ func (r *serviceReconciler) setup(mgr ctrl.Manager) error {
 		// Not on status updates: the controller rewrites a pool's status
 		// with every allocation, and each would re-queue every Service on
 		// every speaker (5,000 Services: ~90 config parses a second each).
-		Watches(&v1beta1.IPAddressPool{}, all, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
-		Watches(&v1beta1.L2Advertisement{}, all, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&v1beta1.IPAddressPool{}, all, builder.WithPredicates(configload.PoolChanged())).
+		Watches(&v1beta1.L2Advertisement{}, all, builder.WithPredicates(configload.AdvertisementChanged())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(r)
 }

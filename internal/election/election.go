@@ -22,6 +22,7 @@ import (
 
 	"github.com/ironlb/ironlb/internal/config"
 	"github.com/ironlb/ironlb/internal/ownership"
+	"github.com/ironlb/ironlb/internal/service"
 )
 
 // Reasons a Service is not announced by a node. They are logged as the "reason" of
@@ -45,11 +46,12 @@ const (
 	ReasonNoCandidates = "noCandidates"
 )
 
-// Annotations that mark a Service as sharing its IP; the stable key wins, the
-// deprecated one is still honoured as MetalLB does.
+// Annotations that mark a Service as sharing its IP (read by
+// service.SharingKey): the stable key wins, the deprecated one is still
+// honoured as MetalLB does.
 const (
-	AnnotationAllowSharedIP           = "metallb.io/allow-shared-ip"
-	AnnotationAllowSharedIPDeprecated = "metallb.universe.tf/allow-shared-ip"
+	AnnotationAllowSharedIP           = service.AnnotationAllowSharedIP
+	AnnotationAllowSharedIPDeprecated = service.LegacyPrefix + "allow-shared-ip"
 )
 
 // Input is everything that decides which nodes may announce one Service.
@@ -187,7 +189,7 @@ func serviceAdvertisements(in Input) ([]*config.L2Advertisement, string) {
 	if len(ads) == 0 {
 		return nil, ReasonNoMatchingAdvertisement
 	}
-	if sharesIP(in.Service) && slices.ContainsFunc(ads, func(ad *config.L2Advertisement) bool {
+	if in.Service != nil && service.SharingKey(in.Service) != "" && slices.ContainsFunc(ads, func(ad *config.L2Advertisement) bool {
 		return len(ad.ServiceSelectors) > 0
 	}) {
 		return ads, ReasonSharedIPWithServiceSelector
@@ -398,14 +400,4 @@ func NodesWithServingEndpoint(slices []*discoveryv1.EndpointSlice) map[string]bo
 		}
 	}
 	return out
-}
-
-func sharesIP(svc *corev1.Service) bool {
-	if svc == nil {
-		return false
-	}
-	if v, ok := svc.Annotations[AnnotationAllowSharedIP]; ok {
-		return v != ""
-	}
-	return svc.Annotations[AnnotationAllowSharedIPDeprecated] != ""
 }
