@@ -13,7 +13,6 @@
 package election
 
 import (
-	"bytes"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -264,7 +263,7 @@ func Interfaces(ads []*config.L2Advertisement) (all bool, ifaces []string) {
 func Winner(keyIP string, nodes []string) string {
 	best := ""
 	for _, n := range nodes {
-		if best == "" || less(n, best, keyIP) {
+		if best == "" || ownership.HashLess(n, best, keyIP) {
 			best = n
 		}
 	}
@@ -279,23 +278,12 @@ func Rank(keyIP string, nodes []string) []string {
 		switch {
 		case a == b:
 			return 0
-		case less(a, b, keyIP):
+		case ownership.HashLess(a, b, keyIP):
 			return -1
 		}
 		return 1
 	})
 	return slices.Compact(out)
-}
-
-// less orders by hash, then by name: a hash tie between different names is
-// practically impossible, but the order must stay total for permutation
-// invariance.
-func less(a, b, keyIP string) bool {
-	ha, hb := ownership.Hash(a, keyIP), ownership.Hash(b, keyIP)
-	if c := bytes.Compare(ha[:], hb[:]); c != 0 {
-		return c < 0
-	}
-	return a < b
 }
 
 // AdvertisementsForService returns the advertisements of pool that apply to svc:

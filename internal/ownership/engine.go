@@ -617,7 +617,7 @@ func (e *Engine) leastLoaded(key string, elig *NodeSet) string {
 	best, bestScore, bestLoad := "", int64(0), 0
 	e.candidates(elig, func(n string) {
 		sc, l := elig.Score(n), len(e.owned[n])
-		if best == "" || sc > bestScore || (sc == bestScore && (l < bestLoad || (l == bestLoad && hashLess(n, best, key)))) {
+		if best == "" || sc > bestScore || (sc == bestScore && (l < bestLoad || (l == bestLoad && HashLess(n, best, key)))) {
 			best, bestScore, bestLoad = n, sc, l
 		}
 	})
@@ -630,11 +630,13 @@ func better(elig *NodeSet, a, b, key string) bool {
 	if sa, sb := elig.Score(a), elig.Score(b); sa != sb {
 		return sa > sb
 	}
-	return hashLess(a, b, key)
+	return HashLess(a, b, key)
 }
 
-// hashLess orders nodes for key by Hash, then by name.
-func hashLess(a, b, key string) bool {
+// HashLess is the hash order of nodes for key, the one every component
+// uses (election's Winner and Rank, placement here, the status view): by
+// Hash, then by name, so that the order is total even on a hash tie.
+func HashLess(a, b, key string) bool {
 	ha, hb := Hash(a, key), Hash(b, key)
 	if c := bytes.Compare(ha[:], hb[:]); c != 0 {
 		return c < 0
