@@ -184,7 +184,7 @@ func (s *statusSource) service(sv serviceView, have []string, excluded map[strin
 	}
 	if in.Self {
 		out.AllInterfaces, out.Interfaces = in.AllInterfaces, in.Interfaces
-		// As checkInterfacesLocked: an announcer that lists no interface
+		// As owners.checkAnnounced: an announcer that lists no interface
 		// yet (still scanning) is not taken for one that lacks them.
 		out.MissingInterfaces = !in.AllInterfaces && len(have) > 0 &&
 			!slices.ContainsFunc(in.Interfaces, func(i string) bool { return slices.Contains(have, i) })

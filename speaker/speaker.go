@@ -83,8 +83,10 @@ type Options struct {
 	// Namespace is the install namespace (METALLB_NAMESPACE): pools,
 	// advertisements, ServiceL2Status and speaker Pods live there.
 	Namespace string
-	// PodName is this speaker's Pod (METALLB_POD_NAME), the owner of its
-	// ServiceL2Status objects (garbage-collected with the Pod).
+	// PodName is this speaker's Pod (METALLB_POD_NAME): peer discovery skips
+	// it, and its ConfigurationState finds the DaemonSet that owns it. Its
+	// ServiceL2Status objects are owned by its Node, not the Pod, so that they
+	// survive a restart (docs/architecture.md).
 	PodName string
 	// HostIP (METALLB_HOST) is advertised to peers when MLBindAddr is a
 	// wildcard.
