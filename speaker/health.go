@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -355,9 +354,9 @@ func (h *health) probeLoop(ctx context.Context, node string) {
 		gone := h.last[node] == ownership.SpeakerGone
 		h.mu.Unlock()
 		began := time.Now()
-		p, iface, mac, reason := h.probeOnce(ctx, targets, gone)
-		if strings.HasPrefix(reason, noInterface) && hasFallback && !slices.Contains(targets, fallback) {
-			p, iface, mac, reason = h.probeOnce(ctx, []netip.Addr{fallback}, gone)
+		p, iface, mac, reason, onLink := h.probeOnce(ctx, targets, gone)
+		if !onLink && hasFallback && !slices.Contains(targets, fallback) {
+			p, iface, mac, reason, _ = h.probeOnce(ctx, []netip.Addr{fallback}, gone)
 		}
 		took := time.Since(began)
 		if ctx.Err() != nil {
@@ -474,11 +473,11 @@ func silenceVerdict(misses int, gone bool, scoreAnswered int, took time.Duration
 // noInterface is probeOnce's reason when no target is on-link anywhere.
 const noInterface = "no on-link interface"
 
-// probeOnce asks whether node answers on any of targets. Without an on-link
-// interface to ask on (no target is on any announcing interface's subnet)
-// the data path cannot be judged, and memberlist's verdict stands: down once
-// the speaker is declared gone, as in MetalLB.
-func (h *health) probeOnce(ctx context.Context, targets []netip.Addr, gone bool) (ownership.Path, string, net.HardwareAddr, string) {
+// probeOnce asks whether node answers on any of targets, and says why, and
+// whether any target is on-link on an announcing interface at all. Without
+// one to ask on the data path cannot be judged, and memberlist's verdict
+// stands: down once the speaker is declared gone, as in MetalLB.
+func (h *health) probeOnce(ctx context.Context, targets []netip.Addr, gone bool) (p ownership.Path, iface string, mac net.HardwareAddr, reason string, onLink bool) {
 	// Every target at once: a dual-stack node has an address per family, and
 	// asking them one after the other would make a dead node's round the sum
 	// of their timeouts (the lab's failover gap grew from 0.55 to 0.82 s).
@@ -496,22 +495,21 @@ func (h *health) probeOnce(ctx context.Context, targets []netip.Addr, gone bool)
 	for range targets {
 		r := <-ch
 		if r.res.Reachable {
-			return ownership.PathUp, r.res.Interface, r.res.MAC, "answered on " + targets[r.i].String()
+			return ownership.PathUp, r.res.Interface, r.res.MAC, "answered on " + targets[r.i].String(), true
 		}
 		results[r.i] = r.res
 	}
-	judged := false
-	reason := noInterface
+	reason = noInterface
 	for i, res := range results { // in target order, so the reason does not depend on timing
 		if res.Reason != layer2.ProbeNoInterface {
-			judged, reason = true, res.Reason+" on "+targets[i].String()
+			onLink, reason = true, res.Why()+" on "+targets[i].String()
 		}
 	}
 	switch {
-	case judged:
-		return ownership.PathDown, "", nil, reason
+	case onLink:
+		return ownership.PathDown, "", nil, reason, true
 	case gone:
-		return ownership.PathDown, "", nil, noInterface + "; memberlist says gone"
+		return ownership.PathDown, "", nil, noInterface + "; memberlist says gone", false
 	}
-	return ownership.PathUnknown, "", nil, noInterface
+	return ownership.PathUnknown, "", nil, noInterface, false
 }

@@ -68,14 +68,22 @@ func (o *ProberOptions) defaults() {
 	}
 }
 
-// Reasons a ProbeResult is not Reachable.
+// ProbeReason says why a ProbeResult is not Reachable.
+type ProbeReason int
+
+// Reasons a ProbeResult is not Reachable; ProbeAnswered for one that is.
 const (
-	ProbeNoInterface = "noInterface" // no eligible interface has addr on-link
-	ProbeNoAnswer    = "noAnswer"    // every probe went unanswered
-	ProbeSendFailed  = "sendFailed"  // no probe could be sent; Reason has ": " and the error
-	ProbeCanceled    = "canceled"    // ctx ended first
-	ProbeClosed      = "closed"      // the Prober is closed
+	ProbeAnswered    ProbeReason = iota
+	ProbeNoInterface             // no eligible interface has addr on-link
+	ProbeNoAnswer                // every probe went unanswered
+	ProbeSendFailed              // no probe could be sent; Err says why
+	ProbeCanceled                // ctx ended first
+	ProbeClosed                  // the Prober is closed
 )
+
+func (r ProbeReason) String() string {
+	return [...]string{"answered", "noInterface", "noAnswer", "sendFailed", "canceled", "closed"}[r]
+}
 
 // ProbeResult is the verdict of one Probe call.
 type ProbeResult struct {
@@ -85,9 +93,18 @@ type ProbeResult struct {
 	MAC       net.HardwareAddr // the answering MAC
 	// RTT is the time from the first probe of the call to the answer.
 	RTT time.Duration
-	// Reason says why addr is not reachable: ProbeNoInterface,
-	// ProbeNoAnswer, "sendFailed: <error>", ProbeCanceled or ProbeClosed.
-	Reason string
+	// Reason says why addr is not reachable (ProbeAnswered when it is);
+	// Err is the send error of ProbeSendFailed.
+	Reason ProbeReason
+	Err    error
+}
+
+// Why is the reason for a log line: the reason, and the error if any.
+func (r ProbeResult) Why() string {
+	if r.Err != nil {
+		return r.Reason.String() + ": " + r.Err.Error()
+	}
+	return r.Reason.String()
 }
 
 // Prober asks whether a host's kernel still answers for its own address on
@@ -172,7 +189,7 @@ func (p *Prober) Probe(ctx context.Context, addr netip.Addr) ProbeResult {
 		res.Reason = ProbeClosed
 		return res
 	case len(ifs) == 0 && err != nil:
-		res.Reason = ProbeSendFailed + ": " + err.Error()
+		res.Reason, res.Err = ProbeSendFailed, err
 		return res
 	case len(ifs) == 0:
 		res.Reason = ProbeNoInterface
@@ -218,7 +235,7 @@ func (p *Prober) Probe(ctx context.Context, addr netip.Addr) ProbeResult {
 		}
 	}
 	if !sent && sendErr != nil {
-		res.Reason = ProbeSendFailed + ": " + sendErr.Error()
+		res.Reason, res.Err = ProbeSendFailed, sendErr
 	} else {
 		res.Reason = ProbeNoAnswer
 	}

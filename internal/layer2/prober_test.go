@@ -127,7 +127,7 @@ func TestProberIPv4(t *testing.T) {
 	w.send(t, garp[0])
 	w.send(t, arpProbeAnswer(probe, hostMAC, hostIP))
 	r := result(t, ch)
-	if !r.Reachable || r.Addr != hostIP || r.Interface != "eth0" || r.MAC.String() != hostMAC.String() || r.RTT <= 0 || r.Reason != "" {
+	if !r.Reachable || r.Addr != hostIP || r.Interface != "eth0" || r.MAC.String() != hostMAC.String() || r.RTT <= 0 || r.Reason != ProbeAnswered {
 		t.Fatalf("result %+v, want %s reachable at %s on eth0", r, hostIP, hostMAC)
 	}
 
@@ -281,7 +281,7 @@ func TestProberInterfaces(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		addr   netip.Addr
-		reason string
+		reason ProbeReason
 	}{
 		{netip.MustParseAddr("203.0.113.9"), ProbeNoInterface},
 		{netip.MustParseAddr("192.0.2.2"), ProbeNoInterface}, // our own address
@@ -331,14 +331,14 @@ func TestProberFailures(t *testing.T) {
 			return &failConn{memConn: c}, nil
 		}
 		r := n.p.Probe(ctx, hostIP)
-		if r.Reachable || !strings.HasPrefix(r.Reason, ProbeSendFailed+": ") || !strings.Contains(r.Reason, "network is down") || !strings.Contains(r.Reason, "eth0") {
+		if r.Reachable || r.Reason != ProbeSendFailed || !strings.Contains(r.Why(), "network is down") || !strings.Contains(r.Why(), "eth0") {
 			t.Fatalf("result %+v, want sendFailed naming the interface and the error", r)
 		}
 	})
 	t.Run("socket cannot be opened", func(t *testing.T) {
 		n := startProbeNet(t, ProberOptions{Interval: time.Millisecond}, probeLink("eth0", 2, eth0MAC))
 		n.p.opts.ListenARP = func(Link) (net.PacketConn, error) { return nil, errors.New("operation not permitted") }
-		if r := n.p.Probe(ctx, hostIP); r.Reachable || !strings.HasPrefix(r.Reason, ProbeSendFailed+": ") || !strings.Contains(r.Reason, "not permitted") {
+		if r := n.p.Probe(ctx, hostIP); r.Reachable || r.Reason != ProbeSendFailed || !strings.Contains(r.Why(), "not permitted") {
 			t.Fatalf("result %+v", r)
 		}
 	})
