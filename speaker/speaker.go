@@ -369,6 +369,9 @@ func Run(ctx context.Context, opts Options) error {
 	// livenessKnown feeds (or waits for) the liveness of every node; called
 	// after the initial join.
 	var livenessKnown func(context.Context) bool
+	// survey asks the segment who answers for an address (`ironlb status`);
+	// the prober of the health loop, so only with memberlist.
+	var survey func(ctx context.Context, addr netip.Addr, window time.Duration) ([]layer2.SurveyAnswer, layer2.ProbeReason, error)
 	if ml != nil {
 		if err := (&peerReconciler{Client: mgr.GetClient(), log: log.WithName("peers"), opts: opts, ml: ml, ready: &joined}).setup(mgr); err != nil {
 			return err
@@ -386,6 +389,7 @@ func Run(ctx context.Context, opts Options) error {
 		}()
 		p := layer2.NewProber(log.WithName("prober"), layer2.ProberOptions{ExcludeInterfaces: opts.Layer2.ExcludeInterfaces})
 		defer func() { _ = p.Close() }()
+		survey = p.Survey
 		h := &health{log: log.WithName("health"), self: opts.NodeName, ml: ml, own: own, prober: p, metrics: m, votes: newVoteSender(ml),
 			nodeAddrs:    func(ctx context.Context, node string) []netip.Addr { return nodeAddresses(ctx, mgr.GetClient(), node) },
 			links:        ann.Links,
@@ -411,7 +415,7 @@ func Run(ctx context.Context, opts Options) error {
 
 	if probeAddr != "0" {
 		// Last before the start: nothing returns early once it listens.
-		status := &statusSource{self: opts.NodeName, own: own, ann: ann, ml: ml, conflicts: conflictRecords, exclusions: r.exclusions}
+		status := &statusSource{self: opts.NodeName, own: own, ann: ann, ml: ml, conflicts: conflictRecords, exclusions: r.exclusions, survey: survey}
 		srv, err := probeServer(probeAddr, canAnnounce, status)
 		if err != nil {
 			return err

@@ -242,6 +242,89 @@ func (p *Prober) Probe(ctx context.Context, addr netip.Addr) ProbeResult {
 	return res
 }
 
+// SurveyAnswer is one host answering for an address (Prober.Survey).
+type SurveyAnswer struct {
+	Interface string
+	MAC       net.HardwareAddr
+}
+
+// Survey asks the segment who answers for addr: Attempts probes, Interval
+// apart, always broadcast (IPv4) or to the solicited-node group (IPv6),
+// never unicast to a MAC learned earlier, so that every host that answers is
+// heard; then it collects answers for window more. It returns every distinct
+// (interface, MAC) that answered. This node's own responder does not answer
+// its own probes, so for an address this node announces any answer is
+// another host's. ProbeNoInterface, ProbeSendFailed (with the error),
+// ProbeCanceled or ProbeClosed say why nothing could be asked.
+func (p *Prober) Survey(ctx context.Context, addr netip.Addr, window time.Duration) ([]SurveyAnswer, ProbeReason, error) {
+	addr = addr.Unmap().WithZone("")
+	ifs, err := p.interfacesFor(addr)
+	switch {
+	case errors.Is(err, errProberClosed):
+		return nil, ProbeClosed, nil
+	case len(ifs) == 0 && err != nil:
+		return nil, ProbeSendFailed, err
+	case len(ifs) == 0:
+		return nil, ProbeNoInterface, nil
+	}
+	w := &probeWaiter{ch: make(chan probeAnswer, maxSurveyAnswers)}
+	for _, pi := range ifs {
+		pi.register(addr, w)
+	}
+	defer func() {
+		for _, pi := range ifs {
+			pi.unregister(addr, w, true) // keep what was learned
+		}
+	}()
+	var out []SurveyAnswer
+	collect := func(a probeAnswer) {
+		mac := net.HardwareAddr(a.mac[:])
+		if !slices.ContainsFunc(out, func(x SurveyAnswer) bool { return x.Interface == a.iface && x.MAC.String() == mac.String() }) {
+			out = append(out, SurveyAnswer{Interface: a.iface, MAC: slices.Clone(mac)})
+		}
+	}
+	var sendErr error
+	sent := false
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
+	for attempt := 0; ; attempt++ {
+		if attempt < p.opts.Attempts {
+			for _, pi := range ifs {
+				if err := pi.sendTo(addr, true); err != nil {
+					sendErr = err
+				} else {
+					sent = true
+				}
+			}
+			timer.Reset(p.opts.Interval)
+		} else if attempt == p.opts.Attempts {
+			timer.Reset(window)
+		} else {
+			break
+		}
+	wait:
+		for {
+			select {
+			case a := <-w.ch:
+				collect(a)
+			case <-timer.C:
+				break wait
+			case <-ctx.Done():
+				return out, ProbeCanceled, nil
+			}
+		}
+	}
+	if !sent && sendErr != nil {
+		return out, ProbeSendFailed, sendErr
+	}
+	return out, ProbeAnswered, nil
+}
+
+// maxSurveyAnswers bounds the answers a survey queues between reads: a
+// segment where more hosts answer for one address is broken anyway.
+const maxSurveyAnswers = 16
+
 var errProberClosed = errors.New("prober closed")
 
 // interfacesFor returns the interfaces to probe addr on, opening the socket
@@ -404,10 +487,14 @@ func (pi *probeIface) unregister(addr netip.Addr, w *probeWaiter, answered bool)
 
 // send sends one probe for addr: unicast to its MAC when known, else
 // broadcast (IPv4) or to its solicited-node group (IPv6).
-func (pi *probeIface) send(addr netip.Addr) error {
+func (pi *probeIface) send(addr netip.Addr) error { return pi.sendTo(addr, false) }
+
+// sendTo is send; everyone: broadcast or to the group even when a MAC is
+// known (Survey).
+func (pi *probeIface) sendTo(addr netip.Addr, everyone bool) error {
 	pi.mu.Lock()
 	t := pi.targets[addr]
-	mac, known := t.mac, t.known
+	mac, known := t.mac, t.known && !everyone
 	var ns []byte
 	if addr.Is6() {
 		i := 0

@@ -369,3 +369,55 @@ func TestProberFailures(t *testing.T) {
 		}
 	})
 }
+
+// TestProberSurvey: a survey probes broadcast even when a MAC is known for
+// the address, and reports every host that answers, once each.
+func TestProberSurvey(t *testing.T) {
+	n := startProbeNet(t, ProberOptions{Interval: 20 * time.Millisecond, Attempts: 2}, probeLink("eth0", 2, eth0MAC))
+	ctx := context.Background()
+	// Learn hostIP's MAC, as the health loop's probes would.
+	ch := probeAsync(n.p, ctx, hostIP)
+	w := waitEnd(t, n, n.arp, "eth0")
+	w.send(t, arpProbeAnswer(w.next(t), hostMAC, hostIP))
+	if r := result(t, ch); !r.Reachable {
+		t.Fatalf("result %+v", r)
+	}
+	type survey struct {
+		answers []SurveyAnswer
+		reason  ProbeReason
+	}
+	done := make(chan survey, 1)
+	go func() {
+		a, r, _ := n.p.Survey(ctx, hostIP, 200*time.Millisecond)
+		done <- survey{a, r}
+	}()
+	probe := w.next(t)
+	checkARPProbe(t, probe, hostIP, mustMAC("ff:ff:ff:ff:ff:ff"))
+	// Two hosts answer, one of them twice; another address's answer does
+	// not count.
+	w.send(t, arpProbeAnswer(probe, hostMAC, hostIP))
+	w.send(t, arpProbeAnswer(probe, hostMAC2, hostIP))
+	w.send(t, arpProbeAnswer(probe, hostMAC2, hostIP))
+	w.send(t, arpProbeAnswer(probe, hostMAC2, hostIP2))
+	checkARPProbe(t, w.next(t), hostIP, mustMAC("ff:ff:ff:ff:ff:ff"))
+	var got survey
+	select {
+	case got = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Survey did not return")
+	}
+	var macs []string
+	for _, a := range got.answers {
+		if a.Interface != "eth0" {
+			t.Errorf("answer on %q, want eth0", a.Interface)
+		}
+		macs = append(macs, a.MAC.String())
+	}
+	slices.Sort(macs)
+	if want := []string{hostMAC.String(), hostMAC2.String()}; got.reason != ProbeAnswered || !slices.Equal(macs, want) {
+		t.Fatalf("survey: %v %s, want %v answered", macs, got.reason, want)
+	}
+	if _, r, _ := n.p.Survey(ctx, netip.MustParseAddr("203.0.113.9"), time.Millisecond); r != ProbeNoInterface {
+		t.Errorf("survey of an off-link address: %s, want %s", r, ProbeNoInterface)
+	}
+}

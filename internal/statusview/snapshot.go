@@ -57,7 +57,16 @@ type Snapshot struct {
 	Proxies []Proxy `json:"proxies,omitempty"`
 	// Changes are this speaker's recent owner changes, oldest first.
 	Changes []Change `json:"changes,omitempty"`
+	// Surveyed is how many of the IPs it announces this speaker asked the
+	// segment about (Filter.Segment), and Unsurveyed how many it left out
+	// (MaxSurvey).
+	Surveyed   int `json:"surveyed,omitempty"`
+	Unsurveyed int `json:"unsurveyed,omitempty"`
 }
+
+// MaxSurvey bounds the IPs one speaker asks the segment about for one
+// status call; name a Service or an IP to ask about others.
+const MaxSurvey = 512
 
 // Member is one memberlist member.
 type Member struct {
@@ -174,6 +183,10 @@ type Change struct {
 type Filter struct {
 	Service string `json:"service,omitempty"`
 	IP      string `json:"ip,omitempty"`
+	// Segment: the speaker also asks the segment who answers for the IPs
+	// it announces (ARP/NDP probes, broadcast); another host answering is
+	// reported as the Service's Conflict.
+	Segment bool `json:"segment,omitempty"`
 }
 
 // Match reports whether a Service with name and ips passes the filter.
