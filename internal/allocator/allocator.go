@@ -548,8 +548,14 @@ func (a *Allocator) claim(key string, req Request, ips []netip.Addr) (string, *E
 	p, e := a.poolOf(ips)
 	if e == nil {
 		e = poolAllowed(p, req)
-		if e != nil && e.Reason == ReasonIPNotInPool {
+		switch {
+		case e != nil && e.Reason == ReasonIPNotInPool:
 			e.Message = fmt.Sprintf("address %s is in pool %q, not in the requested pool %q", ips[0], p.name, req.Pool)
+			e.IP = ips[0]
+		case e != nil && e.Reason == ReasonPoolNotAllowed:
+			// Name the address asked for: the pool alone does not say
+			// which request the user has to change.
+			e.Message = fmt.Sprintf("requested address %s: %s", ips[0], e.Message)
 			e.IP = ips[0]
 		}
 	}

@@ -187,6 +187,10 @@ func TestRequestedIPs(t *testing.T) {
 			if reason(err) != tt.reason || !slices.Equal(ips, tt.want) {
 				t.Fatalf("got %v, %v; want %v, reason %q", ips, err, tt.want, tt.reason)
 			}
+			// A refusal of explicitly requested addresses names the address.
+			if err != nil && len(tt.req.IPs) > 0 && tt.reason != ReasonFamilyMismatch && !strings.Contains(err.Error(), tt.req.IPs[0].String()) {
+				t.Errorf("error %q does not name the requested address %s", err, tt.req.IPs[0])
+			}
 			if err != nil {
 				if _, _, ok := a.Allocation("ns/svc"); ok {
 					t.Fatalf("failed key still holds addresses")
