@@ -16,6 +16,25 @@ fail() {
 }
 trap 'rc=$?; [ $rc -eq 0 ] || echo "!! $DEMO failed (exit $rc); the lab is left as it is: look around with the hints above, or start over with: make lab-down && make $DEMO" >&2' EXIT
 
+# build DESCRIPTION MAKE_ARGS...: runs make for one component of the demo, its output in
+# /tmp/ironlb-demo-build.log, with a line when it starts, one every 30 s while it runs (never
+# minutes of silence) and one with its elapsed time when done; on failure, the log's tail.
+build() {
+	local what=$1 start=$SECONDS total_start=${DEMO_BUILD_START:-$SECONDS}
+	shift
+	DEMO_BUILD_START=$total_start
+	step "building $what"
+	(while sleep 30; do echo "   ... still building $what ($((SECONDS - start)) s; the whole build so far $((SECONDS - total_start)) s)"; done) &
+	local beat=$!
+	if ! make --no-print-directory "$@" >>/tmp/ironlb-demo-build.log 2>&1; then
+		kill "$beat" 2>/dev/null || true
+		fail "building $what failed; the log is /tmp/ironlb-demo-build.log:" "tail -50 /tmp/ironlb-demo-build.log"
+	fi
+	kill "$beat" 2>/dev/null || true
+	wait "$beat" 2>/dev/null || true
+	step "built $what ($((SECONDS - start)) s)"
+}
+
 # wait_for DESCRIPTION TIMEOUT_SECONDS COMMAND...: polls COMMAND every second until it succeeds.
 wait_for() {
 	local what=$1 timeout=$2 start=$SECONDS
