@@ -25,7 +25,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ironlb/ironlb/internal/election"
-	"github.com/ironlb/ironlb/internal/layer2"
 	"github.com/ironlb/ironlb/internal/membership"
 	"github.com/ironlb/ironlb/internal/ownership"
 )
@@ -61,10 +60,11 @@ func mbNodeIP(i int) string { return fmt.Sprintf("10.201.0.%d", 11+i) }
 func mbMLIP(i int) string { return fmt.Sprintf("10.202.0.%d", 11+i) }
 
 // TestNetnsNodeHelper is one speaker node of the netns tests and benchmarks,
-// run as a child process inside the node's namespace: the speaker's real
-// ownership stack (owners, health with the data-path prober, claims gossip
-// over encrypted memberlist, the layer2 announcer) for one VIP whose Service
-// input is fixed: every node eligible. Only the Kubernetes API is absent.
+// run as a child process inside the node's namespace: the speaker's node
+// machinery as Run builds it (newNode: owners, health with the data-path
+// prober, claims gossip over encrypted memberlist, the layer2 announcer, and
+// its shutdown order) for one VIP whose Service input is fixed: every node
+// eligible. Only the Kubernetes API is absent.
 // IRONLB_MB_HOLD sets the hold time (default 30s, the command's).
 func TestNetnsNodeHelper(t *testing.T) {
 	node := os.Getenv("IRONLB_MB_NODE")
@@ -94,48 +94,38 @@ func TestNetnsNodeHelper(t *testing.T) {
 			t.Fatalf("IRONLB_MB_HOLD=%q: %v", v, err)
 		}
 	}
-	// As in Run: the announcer outlives the memberlist leave, so the node
-	// keeps answering until its peers have seen it go.
-	annCtx, stopAnn := context.WithCancel(context.Background())
-	defer stopAnn()
-	linksChanged := make(chan struct{}, 1)
-	ann := layer2.NewAnnouncer(log.WithName("layer2"), layer2.Options{NodeName: node, OnLinksChanged: func() {
-		select {
-		case linksChanged <- struct{}{}:
-		default:
-		}
-	}})
-	go func() { _ = ann.Run(annCtx) }()
-	own := newOwners(log.WithName("ownership"), node, ownership.Options{Hold: hold}, ann, newMetrics(nil), nopRecorder{})
-	g := newGossip(log, own, newMetrics(nil))
-	go g.run(ctx)
-	mo := membership.Options{
-		NodeName: node, BindAddr: os.Getenv("IRONLB_MB_IP"), BindPort: membership.DefaultPort,
-		SecretKey: []byte("bench"), RejoinInterval: time.Second, State: g,
-	}
+	// The speaker's own node machinery (newNode, as Run builds it), with
+	// fixed answers where Run asks the Kubernetes API.
+	mo := membership.Options{BindAddr: os.Getenv("IRONLB_MB_IP"), BindPort: membership.DefaultPort, SecretKey: []byte("bench"), RejoinInterval: time.Second}
 	// IRONLB_SUSPICION_MULT compares another suspicion window (0: default).
 	if v := os.Getenv("IRONLB_SUSPICION_MULT"); v != "" {
 		if _, err := fmt.Sscan(v, &mo.SuspicionMult); err != nil {
 			t.Fatalf("IRONLB_SUSPICION_MULT=%q: %v", v, err)
 		}
 	}
-	ml, err := membership.Start(ctx, log.WithName("membership"), mo)
+	n, err := newNode(log, nodeOptions{
+		Name:       node,
+		Ownership:  ownership.Options{Hold: hold},
+		Membership: mo,
+		LeaveGrace: 500 * time.Millisecond, // as the command sets it
+		Recorder:   nopRecorder{},
+		NodeAddrs: func(_ context.Context, name string) []netip.Addr {
+			// The Node's InternalIP: its address on the clients' segment.
+			return []netip.Addr{netip.MustParseAddr(mbNodeIP(slices.Index(mbNodes, name)))}
+		},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	own.broadcast = broadcaster(ml)
-	ml.SetPeers(strings.Split(os.Getenv("IRONLB_MB_PEERS"), ","))
-	p := layer2.NewProber(log.WithName("prober"), layer2.ProberOptions{})
-	defer func() { _ = p.Close() }()
-	h := &health{log: log.WithName("health"), self: node, ml: ml, own: own, prober: p, metrics: newMetrics(nil), votes: newVoteSender(ml),
-		nodeAddrs: func(_ context.Context, n string) []netip.Addr {
-			// The Node's InternalIP: its address on the clients' segment.
-			return []netip.Addr{netip.MustParseAddr(mbNodeIP(slices.Index(mbNodes, n)))}
-		},
-		links: ann.Links, linksChanged: linksChanged, announcing: ann.Interfaces}
-	hctx, stopHealth := context.WithCancel(context.Background())
-	defer stopHealth()
-	go h.run(hctx)
+	if err := n.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// On SIGTERM: the memberlist leave, the leave grace while still
+	// answering, then quiet, as in Run.
+	defer n.Stop()
+	// Run's peer discovery (the speaker Pods' IPs): fixed here.
+	n.ml.SetPeers(strings.Split(os.Getenv("IRONLB_MB_PEERS"), ","))
+	own := n.own
 	vip := netip.MustParseAddr(mbVIP)
 	own.SetService("bench/svc", Input{IPs: []netip.Addr{vip}, Pool: "bench", Eligible: mbNodes, Self: true, AllInterfaces: true},
 		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: "svc"}})
@@ -143,19 +133,20 @@ func TestNetnsNodeHelper(t *testing.T) {
 	// like any new keys: a failover then moves the probed VIP together with the victim's
 	// share of them, as a node owning hundreds of Services would.
 	if v := os.Getenv("IRONLB_MB_SERVICES"); v != "" {
-		n, err := strconv.Atoi(v)
+		count, err := strconv.Atoi(v)
 		if err != nil {
 			t.Fatalf("IRONLB_MB_SERVICES=%q: %v", v, err)
 		}
 		extra := netip.MustParseAddr("10.201.1.0")
-		for i := range n {
+		for i := range count {
 			name := fmt.Sprintf("svc%d", i)
 			own.SetService("bench/"+name, Input{IPs: []netip.Addr{extra}, Pool: "bench", Eligible: mbNodes, Self: true, AllInterfaces: true},
 				&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: name}})
 			extra = extra.Next()
 		}
 	}
-	if !h.awaitPoll(ctx) {
+	// As Run's startOwnership, with the inputs above in place of the cache.
+	if !n.health.awaitPoll(ctx) {
 		return
 	}
 	own.Sync(time.Now(), nil)
@@ -163,9 +154,6 @@ func TestNetnsNodeHelper(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-ctx.Done()
-	<-ml.Done()
-	time.Sleep(500 * time.Millisecond) // Run's LeaveGrace, as set by the command
-	stopAnn()
 }
 
 // mbLogDirEnv is the log directory a node helper was given.

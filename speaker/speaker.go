@@ -172,6 +172,29 @@ func (o *Options) validate() error {
 	return errors.Join(errs...)
 }
 
+// nodeOptions returns the options of the speaker's node machinery; the
+// functions that need the manager are Run's to set.
+func (o *Options) nodeOptions() nodeOptions {
+	mo := o.Membership
+	mo.BindAddr, mo.BindPort = o.MLBindAddr, o.MLBindPort
+	if ip := net.ParseIP(o.MLBindAddr); (ip == nil || ip.IsUnspecified()) && o.HostIP != "" {
+		mo.AdvertiseAddr = o.HostIP
+	}
+	keyFile := ""
+	if o.MLSecretKeyPath != "" {
+		keyFile = keyFilePath(o.MLSecretKeyPath)
+	}
+	return nodeOptions{
+		Name:              o.NodeName,
+		Layer2:            o.Layer2,
+		Ownership:         ownership.Options{Failback: o.Failback, Hold: o.HoldTime},
+		DisableMemberlist: o.DisableMemberlist,
+		Membership:        mo,
+		KeyFile:           keyFile,
+		LeaveGrace:        o.LeaveGrace,
+	}
+}
+
 // Scheme returns the types the speaker reads and writes.
 func Scheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
@@ -247,78 +270,34 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("create manager: %w", err)
 	}
 
-	m := newMetrics(crmetrics.Registry)
-
-	// Announcer: stopped only after the memberlist leave completed.
-	l2opts := opts.Layer2
-	l2opts.NodeName = opts.NodeName
-	if l2opts.Registerer == nil {
-		l2opts.Registerer = crmetrics.Registry
-	}
-	linksChanged := make(chan struct{}, 1)
-	l2opts.OnLinksChanged = func() {
-		select {
-		case linksChanged <- struct{}{}:
-		default:
-		}
-	}
-	ann := layer2.NewAnnouncer(log.WithName("layer2"), l2opts)
-	annCtx, stopAnn := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopAnn()
-	annDone := make(chan error, 1)
-	go func() { annDone <- ann.Run(annCtx) }()
-
-	// Ownership: decided here, applied to the announcer at once; the status
-	// writer follows behind it.
-	failback, hold := opts.Failback, opts.HoldTime
-	if opts.DisableMemberlist {
-		// Without memberlist there is no replica to keep sticky owners in,
-		// nor a peer to answer for a held node: every speaker computes
-		// MetalLB's hash rule from the Ready nodes.
-		failback, hold = ownership.FailbackImmediate, 0
-	}
+	// The node machinery (announcer, ownership, gossip, membership, prober,
+	// health); what it needs from the manager is injected. The status writer
+	// and the Service reconciler read its owners, so they are built after
+	// it, and before it starts: nothing enqueues a status or asks whether
+	// this speaker answers before Start.
+	var (
+		r           *serviceReconciler
+		sw          *statusWriter
+		cacheSynced atomic.Bool
+	)
 	recorder := mgr.GetEventRecorder("ironlb-speaker")
-	own := newOwners(log.WithName("ownership"), opts.NodeName, ownership.Options{Failback: failback, Hold: hold}, ann, m, recorder)
+	no := opts.nodeOptions()
+	no.Registerer = crmetrics.Registry
+	no.Recorder = recorder
+	no.Status = func(svc string) { sw.Enqueue(svc) }
+	no.NodeAddrs = func(ctx context.Context, node string) []netip.Addr { return nodeAddresses(ctx, mgr.GetClient(), node) }
+	no.Answering = func() bool { return r.answers(ctx, &cacheSynced) }
+	n, err := newNode(log, no)
+	if err != nil {
+		return err
+	}
+	own, m := n.own, n.metrics
 	conflictRecords := newConflicts()
-	sw := &statusWriter{
+	sw = &statusWriter{
 		Client: mgr.GetClient(), apiRead: mgr.GetAPIReader(), log: log.WithName("status"), opts: opts,
 		own: own, conflicts: conflictRecords, created: map[string]string{},
 	}
-	own.status = sw.Enqueue
-
-	// Membership.
-	var ml *membership.List
-	if !opts.DisableMemberlist {
-		var key []byte
-		keyPath := ""
-		if opts.MLSecretKeyPath != "" {
-			keyPath = keyFilePath(opts.MLSecretKeyPath)
-			if key, err = readKeyFile(keyPath); err != nil {
-				return err
-			}
-		}
-		mo := opts.Membership
-		mo.NodeName = opts.NodeName
-		mo.BindAddr = opts.MLBindAddr
-		mo.BindPort = opts.MLBindPort
-		mo.SecretKey = key
-		g := newGossip(log.WithName("gossip"), own, m)
-		go g.run(ctx)
-		mo.State = g
-		if ip := net.ParseIP(opts.MLBindAddr); (ip == nil || ip.IsUnspecified()) && opts.HostIP != "" {
-			mo.AdvertiseAddr = opts.HostIP
-		}
-		ml, err = membership.Start(ctx, log.WithName("membership"), mo)
-		if err != nil {
-			return err
-		}
-		own.broadcast = broadcaster(ml)
-		if keyPath != "" {
-			go watchKeyFile(ctx, log.WithName("membership"), keyPath, keyReloadInterval, key, ml)
-		}
-	}
-
-	r := &serviceReconciler{
+	r = &serviceReconciler{
 		Client: mgr.GetClient(),
 		log:    log.WithName("service"),
 		opts:   opts,
@@ -326,7 +305,15 @@ func Run(ctx context.Context, opts Options) error {
 		k8s:    m.k8s,
 		cfg:    configload.Loader{Metrics: m.k8s},
 	}
-	var joined, cacheSynced atomic.Bool
+	if err := n.Start(ctx); err != nil {
+		return err
+	}
+	// The shutdown proper is the Stop after the manager below; this one
+	// stops the node on the early returns in between.
+	defer n.Stop()
+	ml := n.ml
+
+	var joined atomic.Bool
 	go func() {
 		if mgr.GetCache().WaitForCacheSync(ctx) {
 			cacheSynced.Store(true)
@@ -387,17 +374,8 @@ func Run(ctx context.Context, opts Options) error {
 			case <-ctx.Done():
 			}
 		}()
-		p := layer2.NewProber(log.WithName("prober"), layer2.ProberOptions{ExcludeInterfaces: opts.Layer2.ExcludeInterfaces})
-		defer func() { _ = p.Close() }()
-		survey = p.Survey
-		h := &health{log: log.WithName("health"), self: opts.NodeName, ml: ml, own: own, prober: p, metrics: m, votes: newVoteSender(ml),
-			nodeAddrs:    func(ctx context.Context, node string) []netip.Addr { return nodeAddresses(ctx, mgr.GetClient(), node) },
-			links:        ann.Links,
-			linksChanged: linksChanged,
-			announcing:   ann.Interfaces,
-			answering:    func() bool { return r.answers(ctx, &cacheSynced) }}
-		go h.run(ctx)
-		livenessKnown = h.awaitPoll
+		livenessKnown = n.health.awaitPoll
+		survey = n.prober.Survey
 		if err := (&deletedNodes{Client: mgr.GetClient(), own: own}).setup(mgr); err != nil {
 			return err
 		}
@@ -409,13 +387,13 @@ func Run(ctx context.Context, opts Options) error {
 		livenessKnown = rn.list
 	}
 	go startOwnership(ctx, log, mgr, own, &joined, livenessKnown)
-	if c := ann.Conflicts(); c != nil {
+	if c := n.ann.Conflicts(); c != nil {
 		go watchConflicts(ctx, log.WithName("conflicts"), c, own, conflictRecords, sw.Enqueue, mgr.GetClient(), recorder, opts.NodeName)
 	}
 
 	if probeAddr != "0" {
 		// Last before the start: nothing returns early once it listens.
-		status := &statusSource{self: opts.NodeName, own: own, ann: ann, ml: ml, conflicts: conflictRecords, exclusions: r.exclusions, survey: survey}
+		status := &statusSource{self: opts.NodeName, own: own, ann: n.ann, ml: ml, conflicts: conflictRecords, exclusions: r.exclusions, survey: survey}
 		srv, err := probeServer(probeAddr, canAnnounce, status)
 		if err != nil {
 			return err
@@ -428,24 +406,9 @@ func Run(ctx context.Context, opts Options) error {
 	log.Info("speaker starting", "node", opts.NodeName, "namespace", opts.Namespace, "memberlist", ml != nil)
 	mgrErr := startManager(ctx, log, mgr.Start, shutdownTimeout+time.Second)
 
-	// Shutdown order: the memberlist leave started when ctx ended; wait for
-	// it, then keep answering for LeaveGrace so the new owner has taken over
-	// (and sent its gratuitous ARP) before this node goes quiet: clients
-	// always get an answer from one of the two.
-	if ml != nil {
-		<-ml.Done()
-		if opts.LeaveGrace > 0 {
-			log.Info("left memberlist; still answering during the leave grace", "leaveGrace", opts.LeaveGrace)
-			time.Sleep(opts.LeaveGrace)
-		}
-	}
-	stopAnn()
-	if err := <-annDone; err != nil && !errors.Is(err, context.Canceled) {
-		log.Error(err, "announcer stopped with an error")
-	}
-	// Nothing is announced any more. Matters where the registry outlives
-	// Run: several speakers in one test process, run again with -count.
-	own.Stop()
+	// The memberlist leave began when ctx ended; the node keeps answering
+	// through it and the leave grace, then goes quiet (node.Stop).
+	n.Stop()
 	if mgrErr != nil {
 		if ctx.Err() != nil {
 			// Asked to stop: a slow shutdown (e.g. reconciles waiting on an
