@@ -209,9 +209,9 @@ func (o *owners) updateKeyLocked(sc *scope, key string) []ownership.Change {
 		}
 	}
 	if elig == nil {
-		o.eng.DeleteKey(key)
+		changes := o.eng.DeleteKey(key)
 		o.refreshKeyLocked(sc, key)
-		return nil
+		return changes
 	}
 	if o.ownerHeldLocked(key) {
 		o.proxyDirty = true

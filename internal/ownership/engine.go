@@ -114,8 +114,9 @@ type nodeState struct {
 	expired   bool // the hold ran out (processed once)
 	// path is the aggregate of votes (pathOf), never set directly.
 	path Path
-	// member: seen as a memberlist member; counts in the quorum until Forget.
-	member bool
+	// member: seen as a memberlist member; counts in the quorum, as does an
+	// owner of active keys, until forgotten (Forget, or gone memberForget).
+	member, forgotten bool
 	// votes are the findings of its watchers, by watcher (evidence.go).
 	votes map[string]vote
 }
@@ -265,14 +266,24 @@ func (e *Engine) SetKey(key string, eligible *NodeSet) []Change {
 	} else if prev == eligible {
 		return nil
 	}
-	return e.decideKeys([]string{key})
+	return e.settle(e.decideKeys([]string{key}))
+}
+
+// settle appends what a change of the quorum the call caused decides: the
+// owners of active keys count in the membership (members), so keys and
+// claims coming and going can grant or take it.
+func (e *Engine) settle(changes []Change) []Change {
+	if !e.synced {
+		return changes
+	}
+	return append(changes, e.actingChanged()...)
 }
 
 // DeleteKey makes key inactive: no Service uses it any more. Its claim is
 // kept for a while (inactiveTTL) so a re-created Service keeps its owner.
-func (e *Engine) DeleteKey(key string) {
+func (e *Engine) DeleteKey(key string) []Change {
 	if _, ok := e.keys[key]; !ok {
-		return
+		return nil
 	}
 	delete(e.keys, key)
 	delete(e.unplaced, key)
@@ -280,6 +291,7 @@ func (e *Engine) DeleteKey(key string) {
 		e.index(key, c.Owner, "")
 		e.inactive[key] = e.now
 	}
+	return e.settle(nil)
 }
 
 // SetSpeaker records a node's speaker liveness at time now.
@@ -289,7 +301,7 @@ func (e *Engine) SetSpeaker(name string, s Speaker, now time.Time) []Change {
 	wasAlive, wasActing := n.alive(), e.wasActing
 	n.speaker = s
 	if s != SpeakerGone {
-		n.member = true
+		n.member, n.forgotten = true, false
 		if !wasAlive && e.synced && !e.mayWas {
 			e.missedNews = true
 		}
@@ -467,7 +479,7 @@ func (e *Engine) Merge(claims []Claim) []Change {
 		}
 		keys = append(keys, c.Key)
 	}
-	return append(changes, e.decideKeys(keys)...)
+	return e.settle(append(changes, e.decideKeys(keys)...))
 }
 
 // decideAll decides every active key (start-up, and the reference for the

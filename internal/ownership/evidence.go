@@ -186,7 +186,8 @@ func (e *Engine) Votes(node string) map[string]Path {
 
 // Quorum reports whether this replica may make transitions other than
 // learning: it sees a majority of the last known membership alive (members
-// are the nodes seen as memberlist members, until Forget, and itself), or
+// are the nodes seen as memberlist members, until Forget, the owners of
+// active keys, and itself), or
 // exactly half of it including the member whose name sorts first, so that of
 // two equal halves exactly one acts. A node cut off from its peers therefore
 // places, moves and expires nothing, and its epochs cannot win on heal.
@@ -233,7 +234,12 @@ func (e *Engine) members() (total, alive int, firstAlive bool) {
 	first := self
 	firstAlive = true
 	for name, n := range e.nodes {
-		if !n.member || name == self {
+		// A node that owns an active key counts too, seen as a member or
+		// not: it ran a speaker. A speaker that restarted cut off from
+		// the others (its join failed, a key it cannot use) knows them
+		// only from the claims it was seeded with, and must not be a
+		// majority of one.
+		if name == self || n.forgotten || !n.member && len(e.owned[name]) == 0 {
 			continue
 		}
 		total++
@@ -252,10 +258,10 @@ func (e *Engine) members() (total, alive int, firstAlive bool) {
 // as for any gone node.
 func (e *Engine) Forget(node string) []Change {
 	n := e.nodes[node]
-	if n == nil || !n.member {
+	if n == nil || n.forgotten {
 		return nil
 	}
-	n.member = false
+	n.member, n.forgotten = false, true
 	return e.actingChanged()
 }
 
@@ -361,8 +367,8 @@ func (e *Engine) forgetAndPrune() []Change {
 			continue
 		}
 		gone := e.now.Sub(n.goneSince)
-		if n.member && acting && gone >= memberForget {
-			n.member, forgot = false, true
+		if !n.forgotten && (n.member || len(e.owned[name]) > 0) && acting && gone >= memberForget {
+			n.member, n.forgotten, forgot = false, true, true
 		}
 		if !n.member && gone >= inactiveTTL && len(e.owned[name]) == 0 && len(n.votes) == 0 {
 			delete(e.nodes, name)

@@ -108,3 +108,26 @@ func TestQuorum(t *testing.T) {
 		t.Error("e with d, two of the three members left: no quorum")
 	}
 }
+
+// TestRestartedAloneHasNoQuorum: a speaker that restarts and cannot reach
+// its peers (a failed join, a memberlist key they cannot read yet) knows
+// them only from the claims it was seeded with; they count, so it is no
+// majority of one and moves nothing, whatever its hold says.
+func TestRestartedAloneHasNoQuorum(t *testing.T) {
+	nodes := []string{"a", "b", "c", "d"}
+	all := NewInterner().Intern(nodes, nil)
+	e := New(Options{Self: "c", Hold: 30 * time.Second})
+	e.SetSpeaker("c", SpeakerAlive, t0)
+	e.Merge([]Claim{{Key: "k1", Owner: "a"}, {Key: "k2", Owner: "b"}}) // the ServiceL2Status seeds
+	e.SetKey("k1", all)
+	e.SetKey("k2", all)
+	if c := e.SetSynced(t0); len(c) != 0 {
+		t.Fatalf("decided at sync: %v", c)
+	}
+	if e.Quorum() {
+		t.Fatal("alone, with a and b known as owners: quorum")
+	}
+	if c := e.Tick(t0.Add(time.Minute)); len(c) != 0 || owner(t, e, "k1") != "a" || owner(t, e, "k2") != "b" {
+		t.Fatalf("moved keys without quorum past the hold: %v", c)
+	}
+}

@@ -75,7 +75,7 @@ func (w *world) event(now time.Time) event {
 		set := w.set()
 		return event{fmt.Sprintf("SetKey(%s, %v %v)", key, set.Names(), set.scores), key, func(e *Engine, _ time.Time) []Change { return e.SetKey(key, set) }}
 	case 2:
-		return event{"DeleteKey(" + key + ")", key, func(e *Engine, _ time.Time) []Change { e.DeleteKey(key); return nil }}
+		return event{"DeleteKey(" + key + ")", key, func(e *Engine, _ time.Time) []Change { return e.DeleteKey(key) }}
 	case 3:
 		s := Speaker(w.rng.IntN(3))
 		return event{fmt.Sprintf("SetSpeaker(%s, %s)", node, s), node, func(e *Engine, now time.Time) []Change { return e.SetSpeaker(node, s, now) }}
