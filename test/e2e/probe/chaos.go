@@ -39,11 +39,11 @@ type ChaosOptions struct {
 type ChaosTarget struct {
 	IP string `json:"ip"`
 	// ARPStart and ARPEnd bound the time it was asked for every ARPInterval.
-	ARPStart time.Time       `json:"arp_start"`
-	ARPEnd   time.Time       `json:"arp_end"`
-	ARPErr   string          `json:"arp_err,omitempty"`
-	ARP      []ARPRecord     `json:"-"`
-	NewConns []Record        `json:"-"`
+	ARPStart  time.Time       `json:"arp_start"`
+	ARPEnd    time.Time       `json:"arp_end"`
+	ARPErr    string          `json:"arp_err,omitempty"`
+	ARP       []ARPRecord     `json:"-"`
+	NewConns  []Record        `json:"-"`
 	KeepAlive KeepAliveReport `json:"keepalive"`
 }
 

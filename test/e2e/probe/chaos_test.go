@@ -11,8 +11,8 @@ func TestChaosRoundTrip(t *testing.T) {
 	mac, _ := net.ParseMAC("02:42:ac:12:00:03")
 	rep := ChaosReport{Start: time.Unix(100, 0), End: time.Unix(200, 0), ARPIntervalMS: 100, Targets: []*ChaosTarget{
 		{IP: "172.18.255.200", ARPStart: time.Unix(100, 1), ARPEnd: time.Unix(199, 0),
-			ARP:      []ARPRecord{{At: time.Unix(101, 5), MAC: mac, Reply: true}, {At: time.Unix(102, 7), MAC: mac}},
-			NewConns: []Record{{Sent: time.Unix(103, 0), OK: true}, {Sent: time.Unix(104, 0), Err: "dial tcp 172.18.255.200:80: i/o timeout"}},
+			ARP:       []ARPRecord{{At: time.Unix(101, 5), MAC: mac, Reply: true}, {At: time.Unix(102, 7), MAC: mac}},
+			NewConns:  []Record{{Sent: time.Unix(103, 0), OK: true}, {Sent: time.Unix(104, 0), Err: "dial tcp 172.18.255.200:80: i/o timeout"}},
 			KeepAlive: KeepAliveReport{Broken: 1, Conns: []ConnReport{{ID: 0, Broken: 1, Breaks: []Break{{At: time.Unix(105, 0), Kind: BreakReset}}}}}},
 		{IP: "172.18.255.201", ARPErr: "no interface"},
 	}}
