@@ -183,6 +183,11 @@ func Check(obs Observations, l Limits) Report {
 		}
 		return &wins[0]
 	}
+	// bucketWin is the window of something first heard in the bucket
+	// starting at start: the one in force at the bucket's end, so that an
+	// interval or move caused by a fault that started within the bucket
+	// is the fault's.
+	bucketWin := func(start time.Time) *Window { return winOf(start.Add(iv - 1)) }
 	// downNear: node's data path was down at some time in [at-Grace, at].
 	downNear := func(node string, at time.Time) bool {
 		for _, f := range obs.Faults {
@@ -228,7 +233,7 @@ func Check(obs Observations, l Limits) Report {
 				}
 				slices.Sort(macs)
 				in := Interval{IP: ip, From: bucketStart(b), To: bucketStart(e), MACs: macs}
-				add(winOf(in.From), in)
+				add(bucketWin(in.From), in)
 				b = e
 			}
 		}
@@ -263,7 +268,7 @@ func Check(obs Observations, l Limits) Report {
 				}
 				m := Move{IP: ip, At: at, From: nodeOf(last), To: nodeOf(mac)}
 				m.Needless = !downNear(m.From, at)
-				w := winOf(at)
+				w := bucketWin(at)
 				w.Moves = append(w.Moves, m)
 				if m.Needless {
 					w.NeedlessMoves++
@@ -554,7 +559,7 @@ func (r Report) String() string {
 		worstConv = max(worstConv, w.Convergence)
 	}
 	fmt.Fprintf(&b, "total: %d moves (%d needless), %d ServiceL2Status moves (%d needless), %d dual-answer intervals > %v (longest %v), %d broken keep-alive connections, %d/%d new connections failed, worst convergence %v\n",
-		moves, needless, statusMoves, needlessStatus, dualLong, r.Limits.Overlap, longestDual, breaks, failed, total, worstConv)
+		moves, needless, statusMoves, needlessStatus, dualLong, r.Limits.Overlap, longestDual, breaks, failed, total, worstConv.Round(time.Millisecond))
 	if len(r.Violations) == 0 {
 		b.WriteString("verdict: every target met\n")
 	} else {

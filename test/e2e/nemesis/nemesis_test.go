@@ -200,6 +200,13 @@ func TestCheck(t *testing.T) {
 			moves: 1,
 		},
 		{
+			name: "a fault that starts within a bucket owns the silence of that bucket",
+			obs: obs(join(answers(ip, "w1", 0, 10), answers(ip, "w2", 11.5, 30)),
+				fault(1, NodeKill, []string{"w1"}, 10.05, 15)),
+			want:  []string{"episode 1 (node-kill w1): " + ip + " answered by nobody for 1.5s"},
+			moves: 1,
+		},
+		{
 			name: "nobody answers for 1.5 s during a 2|2 partition: no majority, no bound",
 			obs: obs(join(answers(ip, "w1", 0, 10), answers(ip, "w1", 11.5, 30)),
 				fault(1, Partition22, []string{"cp", "w1"}, 10, 15)),
