@@ -107,7 +107,7 @@ func TestNetnsNodeHelper(t *testing.T) {
 	}})
 	go func() { _ = ann.Run(annCtx) }()
 	own := newOwners(log.WithName("ownership"), node, ownership.Options{Hold: hold}, ann, newMetrics(nil), nopRecorder{})
-	g := newGossip(log, own)
+	g := newGossip(log, own, newMetrics(nil))
 	go g.run(ctx)
 	mo := membership.Options{
 		NodeName: node, BindAddr: os.Getenv("IRONLB_MB_IP"), BindPort: membership.DefaultPort,
@@ -127,7 +127,7 @@ func TestNetnsNodeHelper(t *testing.T) {
 	ml.SetPeers(strings.Split(os.Getenv("IRONLB_MB_PEERS"), ","))
 	p := layer2.NewProber(log.WithName("prober"), layer2.ProberOptions{})
 	defer func() { _ = p.Close() }()
-	h := &health{log: log.WithName("health"), self: node, ml: ml, own: own, prober: p, metrics: newMetrics(nil), sendVerdict: verdictSender(ml),
+	h := &health{log: log.WithName("health"), self: node, ml: ml, own: own, prober: p, metrics: newMetrics(nil), votes: newVoteSender(ml),
 		nodeAddrs: func(_ context.Context, n string) []netip.Addr {
 			// The Node's InternalIP: its address on the clients' segment.
 			return []netip.Addr{netip.MustParseAddr(mbNodeIP(slices.Index(mbNodes, n)))}
@@ -420,27 +420,9 @@ func TestNetnsOwnership(t *testing.T) {
 	c.startProbe(t)
 	c.waitStable(t, c.ac)
 	macOf := func(n string) string { return c.macs[n] }
-
-	// nothingMoves watches for window after an action: no MAC but owner's
-	// answers, and answers keep coming (after the speaker died they can only
-	// come from its deputy, with the owner's MAC).
 	nothingMoves := func(what, owner string, since time.Time, window time.Duration) {
 		t.Helper()
-		end := since.Add(window)
-		for time.Now().Before(end) {
-			if c.ac.answeredByOther(macOf(owner), since, time.Now()) {
-				c.fail(t, "%s: another MAC answered for %s (owner %s, %s)", what, mbVIP, owner, macOf(owner))
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		if _, ok := c.ac.firstFrom(macOf(owner), end.Add(-time.Second)); !ok {
-			c.fail(t, "%s: nobody answered for %s in the last second of the window", what, mbVIP)
-		}
-		if g := c.ac.maxGap(since, end); g > 1500*time.Millisecond {
-			c.fail(t, "%s: no answer for %s during %v", what, mbVIP, g)
-		}
-		t.Logf("%s: only %s (%s) answered for %v; longest gap %v", what, owner, macOf(owner), window,
-			c.ac.maxGap(since, end).Round(time.Millisecond))
+		c.nothingMoves(t, what, owner, since, window)
 	}
 	restart := func(i int) {
 		c.procs[i] = mbStartNode(t, i)
@@ -529,6 +511,79 @@ func TestNetnsOwnership(t *testing.T) {
 
 // linkBack sets node's links up again and checks that, after at most a
 // bounded overlap (the node answering for the VIP it owned when it was cut
+// nothingMoves watches for window after an action: no MAC but owner's
+// answers, and answers keep coming (after the speaker died they can only
+// come from its deputy, with the owner's MAC).
+func (c *mbCluster) nothingMoves(t *testing.T, what, owner string, since time.Time, window time.Duration) {
+	t.Helper()
+	end := since.Add(window)
+	for time.Now().Before(end) {
+		if c.ac.answeredByOther(c.macs[owner], since, time.Now()) {
+			c.fail(t, "%s: another MAC answered for %s (owner %s, %s)", what, mbVIP, owner, c.macs[owner])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, ok := c.ac.firstFrom(c.macs[owner], end.Add(-time.Second)); !ok {
+		c.fail(t, "%s: nobody answered for %s in the last second of the window", what, mbVIP)
+	}
+	if g := c.ac.maxGap(since, end); g > 1500*time.Millisecond {
+		c.fail(t, "%s: no answer for %s during %v", what, mbVIP, g)
+	}
+	t.Logf("%s: only %s (%s) answered for %v; longest gap %v", what, owner, c.macs[owner], window,
+		c.ac.maxGap(since, end).Round(time.Millisecond))
+}
+
+// partitionHold is the nodes' hold time in TestNetnsPartitions: short, so
+// that cuts longer than it fit a unit test.
+const partitionHold = 4 * time.Second
+
+// TestNetnsPartitions: partial failures that leave every data path up move
+// nothing (issue 25). One node's bad view of the cluster (its cable pulled,
+// its memberlist cut off longer than the hold time) must not move IPs it does
+// not own, and a cut-off owner whose kernel still answers keeps its IPs: its
+// peers hold them and its deputy answers with its MAC. Nothing moves on heal.
+func TestNetnsPartitions(t *testing.T) {
+	t.Setenv("IRONLB_MB_HOLD", partitionHold.String())
+	c := startMBCluster(t)
+	c.startProbe(t)
+	c.waitStable(t, c.ac)
+	owner := c.owner
+	var bystander string
+	for _, n := range mbNodes {
+		if n != owner && n != c.runnerUp {
+			bystander = n
+		}
+	}
+	cut := func(node, link string, d time.Duration) {
+		mbRun(t, "ip", "-n", mbPrefix+node, "link", "set", link, "down")
+		time.Sleep(d) // the fault itself
+		mbRun(t, "ip", "-n", mbPrefix+node, "link", "set", link, "up")
+	}
+
+	// 1. A cable pull of 2 s on each node that owns nothing: its probes of
+	// the owner go unanswered, but it distrusts itself (no carrier) and the
+	// owner's other watcher still hears the owner.
+	for _, n := range []string{c.runnerUp, bystander} {
+		start := time.Now()
+		cut(n, "eth0", 2*time.Second)
+		c.nothingMoves(t, "cable of "+n+" pulled for 2 s", owner, start, 5*time.Second)
+	}
+
+	// 2. A non-owner cut off from memberlist for longer than the hold: it
+	// sees nobody, so it has no quorum and places or moves nothing; the
+	// others see it gone, and it owns nothing.
+	start := time.Now()
+	cut(c.runnerUp, "eth1", 3*partitionHold)
+	c.nothingMoves(t, "memberlist of "+c.runnerUp+" cut for "+(3*partitionHold).String(), owner, start, 3*partitionHold+5*time.Second)
+
+	// 3. The owner cut off from memberlist for longer than the hold, its
+	// kernel answering on the segment: its watchers see its data path up,
+	// so its hold does not run out; the deputy answers for it with its MAC.
+	start = time.Now()
+	cut(owner, "eth1", 3*partitionHold)
+	c.nothingMoves(t, "memberlist of the owner "+owner+" cut for "+(3*partitionHold).String(), owner, start, 3*partitionHold+5*time.Second)
+}
+
 // off, until it re-syncs), only owner answers.
 func (c *mbCluster) linkBack(t *testing.T, node, owner string, links ...string) {
 	t.Helper()

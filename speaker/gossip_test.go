@@ -39,7 +39,7 @@ func newGossipPair(tb testing.TB) gossipPair {
 	ctx, cancel := context.WithCancel(context.Background())
 	tb.Cleanup(cancel)
 	recv, _ := testOwners(tb, "w2", logr.Discard(), "w1", "w2", "w3")
-	g := newGossip(logr.Discard(), recv)
+	g := newGossip(logr.Discard(), recv, newMetrics(nil))
 	go g.run(ctx)
 
 	start := func(name string, state membership.StateDelegate) *membership.List {
@@ -54,7 +54,7 @@ func newGossipPair(tb testing.TB) gossipPair {
 	}
 	// The sender's own state holds none of the claims it broadcasts, so no
 	// push/pull can carry them instead of the broadcasts.
-	sender := start("w1", newGossip(logr.Discard(), newOwners(logr.Discard(), "w1", ownership.Options{}, newFakeAnnouncer(), newMetrics(nil), nopRecorder{})))
+	sender := start("w1", newGossip(logr.Discard(), newOwners(logr.Discard(), "w1", ownership.Options{}, newFakeAnnouncer(), newMetrics(nil), nopRecorder{}), newMetrics(nil)))
 	received := &atomic.Int64{}
 	receiver := start("w2", countingDelegate{StateDelegate: g, n: received})
 	peers := []string{sender.LocalAddr(), receiver.LocalAddr()}

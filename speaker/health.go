@@ -36,6 +36,17 @@ const (
 	// 3 probes 50 ms apart); one that took this long means this process
 	// was starved meanwhile and may not have read the answers in time.
 	lateRound = 400 * time.Millisecond
+	// distrustFor: after a stall, or sends that all failed, this speaker
+	// distrusts its own view this long (votes unknown, decides nothing):
+	// what it saw meanwhile says more about itself than about its peers.
+	distrustFor = 2 * time.Second
+	// voteResend: a watcher re-sends its current votes as gossip this often,
+	// well within ownership's vote lifetime (10 s), so that members that
+	// missed the direct send learn them and a lapse means a silent watcher.
+	voteResend = 2 * time.Second
+	// voteRefresh: a watcher casts its standing finding into its own replica
+	// this often (its resends carry what its replica holds).
+	voteRefresh = time.Second
 )
 
 // prober is what health needs from layer2.Prober.
@@ -62,9 +73,15 @@ type health struct {
 	// memberlist address is probed first).
 	nodeAddrs func(ctx context.Context, node string) []netip.Addr
 	metrics   *metrics
-	// sendVerdict tells every member a verdict this watcher reached (nil:
-	// keep it local).
-	sendVerdict func(ownership.Verdict)
+	// votes publishes this watcher's votes (zero: keep them local).
+	votes voteSender
+	// trusted: this speaker trusts its own view (announcing carrier up, no
+	// recent stall or failed sends); while false its probes vote unknown
+	// and ownership decides nothing (owners.SetTrusted).
+	trusted atomic.Bool
+	// distrustUntil is when a stall's or failed sends' distrust ends
+	// (UnixNano).
+	distrustUntil atomic.Int64
 
 	// mu guards last and addrs, which the probe loops read.
 	mu     sync.Mutex
@@ -113,8 +130,9 @@ func (h *health) run(ctx context.Context) {
 	}()
 	t := time.NewTicker(healthPoll)
 	defer t.Stop()
-	lastPoll, lastTick := time.Now(), time.Now()
+	lastPoll, lastTick, lastResend := time.Now(), time.Now(), time.Now()
 	carrier := h.carrier()
+	h.trusted.Store(true)
 	for {
 		select {
 		case <-ctx.Done():
@@ -123,33 +141,67 @@ func (h *health) run(ctx context.Context) {
 			now := h.carrier()
 			for name, up := range now {
 				if up && !carrier[name] {
-					// Every verdict this speaker reached while cut off
-					// says more about its own link than about its peers.
-					h.log.Info("carrier back on an interface; forgetting data-path verdicts and re-syncing ownership claims", "interface", name)
-					h.mu.Lock()
-					h.stopProbes()
-					h.mu.Unlock()
+					// Its IPs may have moved while it was cut off: learn
+					// before answering for them any longer.
+					h.log.Info("carrier back on an interface; re-syncing ownership claims", "interface", name)
 					go h.ml.Sync(3)
 					break
 				}
 			}
 			carrier = now
+			h.updateTrust(time.Now(), carrier)
 			continue
 		case <-t.C:
 		}
 		now := time.Now()
 		if gap := now.Sub(lastPoll); gap > stallGap {
-			h.log.Info("this speaker was stalled; re-syncing ownership claims with peers", "gap", gap.Round(time.Millisecond).String())
+			h.log.Info("this speaker was stalled; distrusting its own view and re-syncing ownership claims with peers", "gap", gap.Round(time.Millisecond).String())
+			h.distrust(now)
 			go h.ml.Sync(3)
 		}
 		lastPoll = now
+		h.updateTrust(now, carrier)
 		h.poll(ctx, now)
 		h.polls.Add(1)
 		if now.Sub(lastTick) >= tickEvery {
 			h.own.Tick(now)
 			lastTick = now
 		}
+		if now.Sub(lastResend) >= voteResend {
+			h.votes.resend(h.self, h.own.VotesBy(h.self))
+			lastResend = now
+		}
 	}
+}
+
+// distrust makes this speaker distrust its own view for distrustFor from now.
+func (h *health) distrust(now time.Time) {
+	h.distrustUntil.Store(now.Add(distrustFor).UnixNano())
+}
+
+// updateTrust recomputes whether this speaker trusts its own view: every
+// announcing interface has carrier and no distrust period runs. A change
+// reaches ownership (SetTrusted) and is logged.
+func (h *health) updateTrust(now time.Time, carrier map[string]bool) {
+	why := ""
+	for name, up := range carrier {
+		if !up {
+			why = "no carrier on announcing interface " + name
+		}
+	}
+	if why == "" && now.UnixNano() < h.distrustUntil.Load() {
+		why = "stalled or unable to send moments ago"
+	}
+	ok := why == ""
+	if h.trusted.Swap(ok) == ok {
+		return
+	}
+	if ok {
+		h.log.Info("trusting this speaker's own view again: deciding ownership")
+	} else {
+		h.log.Info("distrusting this speaker's own view: it votes unknown and decides nothing, only nodes that see the segment do", "why", why)
+	}
+	h.own.SetTrusted(ok)
 }
 
 // carrier returns which interfaces have carrier.
@@ -222,18 +274,23 @@ func (h *health) poll(ctx context.Context, now time.Time) {
 		case !need && running:
 			cancel()
 			delete(h.probes, name)
-			// A verdict nobody refreshes goes stale: forget it.
-			h.own.SetPath(name, ownership.PathUnknown, "", nil)
+			// A vote nobody refreshes goes stale: withdraw it.
+			h.withdraw(name)
 		}
 	}
 }
 
-// stopProbes stops every probe loop and forgets their verdicts. h.mu held.
+// withdraw replaces this watcher's vote on node by unknown.
+func (h *health) withdraw(node string) {
+	h.own.Vote(ownership.Vote{Node: node, Watcher: h.self, Path: ownership.PathUnknown, Seq: uint64(time.Now().UnixNano())}, "", nil)
+}
+
+// stopProbes stops every probe loop and withdraws their votes. h.mu held.
 func (h *health) stopProbes() {
 	for name, cancel := range h.probes {
 		cancel()
 		delete(h.probes, name)
-		h.own.SetPath(name, ownership.PathUnknown, "", nil)
+		h.withdraw(name)
 	}
 }
 
@@ -250,6 +307,8 @@ func (h *health) probeLoop(ctx context.Context, node string) {
 	h.mu.Unlock()
 	var last ownership.Path = -1
 	var lastMAC string
+	var seq uint64     // of the current finding
+	var cast time.Time // when it was last cast
 	misses := 0
 	// scoreAnswered is this speaker's Lifeguard score when node last
 	// answered: see silenceVerdict.
@@ -285,12 +344,28 @@ func (h *health) probeLoop(ctx context.Context, node string) {
 		if p == -1 {
 			p = ownership.PathUnknown
 		}
-		if p != last || mac.String() != lastMAC {
+		if !h.trusted.Load() {
+			// Its own link, CPU or sends failed: what it sees says more
+			// about itself than about node.
+			p, reason = ownership.PathUnknown, "this speaker distrusts its own view"
+		}
+		changed := p != last || mac.String() != lastMAC
+		if changed {
 			h.log.Info("data path of node", "node", node, "verdict", p.String(), "reason", reason,
 				"interface", iface, "mac", mac.String(), "targets", targets)
-			h.own.SetPath(node, p, iface, mac)
-			if h.sendVerdict != nil && p != ownership.PathUnknown && p != last {
-				h.sendVerdict(ownership.Verdict{Node: node, Path: p})
+		}
+		if changed || time.Since(cast) >= voteRefresh {
+			// A finding that stands is cast again: a vote not received
+			// for a while lapses, on this replica as on the others.
+			if p != last {
+				seq = uint64(time.Now().UnixNano())
+			}
+			v := ownership.Vote{Node: node, Watcher: h.self, Path: p, Seq: seq}
+			h.own.Vote(v, iface, mac)
+			cast = time.Now()
+			if p != last && h.votes.sendNow([]ownership.Vote{v}) {
+				h.log.Info("every send of a data-path vote failed; distrusting this speaker's own view", "node", node)
+				h.distrust(time.Now())
 			}
 			last, lastMAC = p, mac.String()
 		}

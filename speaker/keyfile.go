@@ -40,35 +40,46 @@ func readKeyFile(path string) ([]byte, error) {
 	return b, nil
 }
 
-// keyRetireAfter is how long the keys in use before a rotation keep being accepted
-// after this speaker switched to the new one. Every speaker must have switched by
-// then: the kubelet refreshes a mounted Secret within its sync period plus its
-// cache TTL (one minute each by default), and keyReloadInterval adds 10 s. A
-// speaker still on the old key after that is cut off from the others, so the
-// margin is generous; a leaked key stops working this long after the rotation
-// reached the nodes (docs/security.md).
-const keyRetireAfter = 5 * time.Minute
+// A rotation has three phases on every speaker (docs/security.md): the new
+// key is installed at once (accepted, not used), used to send keyUseAfter
+// later, and the previous keys are retired keyRetireAfter after that.
+//
+// keyUseAfter must exceed the skew between speakers loading the rotated
+// Secret, so that every speaker accepts the new key before any sends with
+// it: the kubelet refreshes a mounted Secret within its sync period plus its
+// cache TTL (one minute each by default), and keyReloadInterval adds 10 s.
+// keyRetireAfter must exceed the same skew, so that every speaker sends with
+// the new key before any stops accepting the old one. A leaked key stops
+// working keyUseAfter+keyRetireAfter after the rotation reached the nodes.
+const (
+	keyUseAfter    = 3 * time.Minute
+	keyRetireAfter = 3 * time.Minute
+)
 
 // keyring is the part of *membership.List the key watcher drives.
 type keyring interface {
-	SetSecretKey(secret []byte) error
+	InstallKey(secret []byte) error
+	UseKey(secret []byte) error
 	RetireOldKeys() (int, error)
 }
 
-// watchKeyFile re-reads the key file every interval until ctx ends and switches kr
-// to its content when it differs from the key last applied (current at start):
+// watchKeyFile re-reads the key file every interval until ctx ends and rotates kr
+// to its content when it differs from the key last loaded (current at start):
 // that is how a rotated Secret reaches memberlist without API access to Secrets.
-// keyRetireAfter after the last switch, the previous keys are retired. A missing
-// or empty file keeps the current key; each distinct failure is logged once.
+// The new key is installed at once, used keyUseAfter later, and the previous
+// keys are retired keyRetireAfter after that; a newer file restarts the
+// sequence with its key. A missing or empty file keeps the current key; each
+// distinct failure is logged once.
 func watchKeyFile(ctx context.Context, log logr.Logger, path string, interval time.Duration, current []byte, kr keyring) {
-	watchKeyFileRetiring(ctx, log, path, interval, keyRetireAfter, current, kr)
+	watchKeyFileRotating(ctx, log, path, interval, keyUseAfter, keyRetireAfter, current, kr)
 }
 
-func watchKeyFileRetiring(ctx context.Context, log logr.Logger, path string, interval, retireAfter time.Duration, current []byte, kr keyring) {
+func watchKeyFileRotating(ctx context.Context, log logr.Logger, path string, interval, useAfter, retireAfter time.Duration, current []byte, kr keyring) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	// retire fires retireAfter after the last switch; nil while nothing is pending.
-	var retire <-chan time.Time
+	// use fires useAfter after a new key was installed, retire retireAfter
+	// after it was used; nil while nothing is pending.
+	var use, retire <-chan time.Time
 	lastErr := ""
 	report := func(err error) {
 		if err == nil {
@@ -84,6 +95,16 @@ func watchKeyFileRetiring(ctx context.Context, log logr.Logger, path string, int
 		select {
 		case <-ctx.Done():
 			return
+		case <-use:
+			use = nil
+			if err := kr.UseKey(current); err != nil {
+				log.Error(err, "cannot send with the new memberlist key; retrying at the next check")
+				use = time.After(interval)
+				continue
+			}
+			retire = time.After(retireAfter)
+			log.Info("sending with the new memberlist key; previous keys accepted until retired", "retireAfter", retireAfter)
+			continue
 		case <-retire:
 			retire = nil
 			if _, err := kr.RetireOldKeys(); err != nil {
@@ -102,13 +123,13 @@ func watchKeyFileRetiring(ctx context.Context, log logr.Logger, path string, int
 			report(nil)
 			continue
 		}
-		if err := kr.SetSecretKey(b); err != nil {
-			report(fmt.Errorf("apply memberlist key from %s: %w", path, err))
+		if err := kr.InstallKey(b); err != nil {
+			report(fmt.Errorf("install memberlist key from %s: %w", path, err))
 			continue
 		}
 		report(nil)
 		current = b
-		retire = time.After(retireAfter)
-		log.Info("memberlist key file changed; new key in use, previous keys accepted until retired", "path", path, "retireAfter", retireAfter)
+		use, retire = time.After(useAfter), nil
+		log.Info("memberlist key file changed; new key accepted now, used to send once every speaker has had time to load it", "path", path, "useAfter", useAfter)
 	}
 }

@@ -14,8 +14,9 @@ import (
 )
 
 // A rotated key file (the kubelet swapping the mounted Secret) reaches the
-// running memberlist, and the previous key is retired after the grace period; a
-// missing or empty file keeps the current key.
+// running memberlist in three phases: installed (accepted, not used), used,
+// and the previous key retired; a missing or empty file keeps the current
+// key.
 func TestKeyFileReload(t *testing.T) {
 	dir := t.TempDir()
 	path := keyFilePath(dir)
@@ -50,7 +51,7 @@ func TestKeyFileReload(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		watchKeyFileRetiring(ctx, logr.Discard(), path, 20*time.Millisecond, 2*time.Second, key, l)
+		watchKeyFileRotating(ctx, logr.Discard(), path, 20*time.Millisecond, time.Second, 2*time.Second, key, l)
 	}()
 
 	waitKey := func(want string) {
@@ -65,11 +66,22 @@ func TestKeyFileReload(t *testing.T) {
 	}
 	waitKey("first key")
 	write("second key")
+	// First the new key is accepted while the old one still encrypts (peers
+	// that have not loaded the Secret yet must still read this speaker)...
+	for deadline := time.Now().Add(30 * time.Second); l.NumKeys() != 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d keys accepted 30s after the key file changed, want 2 (old and new)", l.NumKeys())
+		}
+	}
+	if want := membership.SecretKeyFromSecret([]byte("first key")); !bytes.Equal(l.PrimaryKey(), want) {
+		t.Fatalf("the new key was used to send as soon as it was installed")
+	}
+	// ...then it is used...
 	waitKey("second key")
-	// The first key is accepted for a while (peers that have not switched yet),
-	// then retired: a leaked old key stops working.
+	// ...and the first key is accepted for a while (peers that have not
+	// switched yet), then retired: a leaked old key stops working.
 	if n := l.NumKeys(); n != 2 {
-		t.Errorf("right after the rotation %d keys are accepted, want 2 (old and new)", n)
+		t.Errorf("right after the switch %d keys are accepted, want 2 (old and new)", n)
 	}
 	for deadline := time.Now().Add(30 * time.Second); l.NumKeys() != 1; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {

@@ -16,6 +16,17 @@ type metrics struct {
 	ownedMin     prometheus.Gauge
 	heldNodes    prometheus.Gauge
 	proxied      prometheus.Gauge
+	quorum       prometheus.Gauge
+	acting       prometheus.Gauge
+	knownMembers prometheus.Gauge
+	dropped      *prometheus.CounterVec
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -48,6 +59,22 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "ironlb", Name: "proxied_ips",
 			Help: "IPs this node answers ARP/NDP for on behalf of a held node (with that node's MAC).",
 		}),
+		quorum: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "ironlb", Name: "ownership_quorum",
+			Help: "1 while this speaker sees a majority of the known membership alive (it may place and move IPs), 0 while it does not (it only learns).",
+		}),
+		acting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "ironlb", Name: "ownership_acting",
+			Help: "1 while this speaker makes ownership decisions: synced, with quorum, and trusting its own view (carrier up, not just frozen).",
+		}),
+		knownMembers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "ironlb", Name: "ownership_known_members",
+			Help: "Speakers the quorum counts: members seen alive, until their Node is deleted or a majority saw them gone for 10 minutes.",
+		}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "ironlb", Name: "peer_inputs_dropped_total",
+			Help: "Inputs from peers this speaker refused or could not queue, by reason (voteStale, voteNotWatcher, voteUnknownNode, claimEpoch, claimForeign, claimQueueFull, voteQueueFull).",
+		}, []string{"reason"}),
 	}
 	// Every reason starts at 0: a series that appears at 1 has no increase to
 	// Prometheus, so the first failover of a kind would be invisible to increase()
@@ -55,6 +82,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, r := range []ownership.Reason{ownership.ReasonPlaced, ownership.ReasonOwnerDown, ownership.ReasonOwnerIneligible,
 		ownership.ReasonHoldExpired, ownership.ReasonFailback, ownership.ReasonLearned} {
 		m.ownerChanges.WithLabelValues(string(r))
+	}
+	for _, d := range ownership.AllDrops() {
+		m.dropped.WithLabelValues(d.String())
+	}
+	for _, r := range []string{dropClaimQueueFull, dropVoteQueueFull} {
+		m.dropped.WithLabelValues(r)
 	}
 	if reg != nil {
 		register(reg, &m.announced)
@@ -64,6 +97,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		register(reg, &m.ownedMin)
 		register(reg, &m.heldNodes)
 		register(reg, &m.proxied)
+		register(reg, &m.quorum)
+		register(reg, &m.acting)
+		register(reg, &m.knownMembers)
+		register(reg, &m.dropped)
 	}
 	return m
 }

@@ -103,6 +103,8 @@ type owners struct {
 	// oldest entry is changeNext once full (`ironlb status`).
 	changes    []statusview.Change
 	changeNext int
+	// dropsSeen: the engine's drop counters when last exported.
+	dropsSeen ownership.DropCounts
 }
 
 func newOwners(log logr.Logger, self string, opts ownership.Options, ann announcer, m *metrics, rec recorder.EventRecorder) *owners {
@@ -512,23 +514,48 @@ func (o *owners) SetSpeaker(node string, s ownership.Speaker, now time.Time) {
 	})
 }
 
-// SetPath records a data-path verdict; for PathUp, the interface and MAC the
-// node answered with (what a deputy answers with).
-func (o *owners) SetPath(node string, p ownership.Path, iface string, mac net.HardwareAddr) {
+// Vote records a watcher's finding on a node's data path (evidence.go in
+// internal/ownership: it counts only from the node's watchers). For this
+// node's own findings, iface and mac are what the node answered with when
+// PathUp: what a deputy answers with.
+func (o *owners) Vote(v ownership.Vote, iface string, mac net.HardwareAddr) ownership.VoteResult {
+	var res ownership.VoteResult
 	o.do(func() []ownership.Change {
-		if p == ownership.PathUp && iface != "" && len(mac) == 6 && o.macs[node][iface].String() != mac.String() {
+		if v.Path == ownership.PathUp && iface != "" && len(mac) == 6 && o.macs[v.Node][iface].String() != mac.String() {
 			// A new map, not an update in place: the proxy entries applied
 			// keep the old one, to see that the MACs changed.
-			m := maps.Clone(o.macs[node])
+			m := maps.Clone(o.macs[v.Node])
 			if m == nil {
 				m = map[string]net.HardwareAddr{}
 			}
 			m[iface] = mac
-			o.macs[node] = m
+			o.macs[v.Node] = m
 		}
 		o.proxyDirty = true
-		return o.eng.SetPath(node, p)
+		var changes []ownership.Change
+		changes, res = o.eng.Vote(v, time.Now())
+		return changes
 	})
+	return res
+}
+
+// SetTrusted says whether this speaker trusts its own view (health: carrier,
+// stalls); while it does not, it learns but decides nothing.
+func (o *owners) SetTrusted(ok bool) {
+	o.do(func() []ownership.Change { return o.eng.SetTrusted(ok) })
+}
+
+// Forget removes a node whose Node object was deleted from the membership
+// the quorum counts.
+func (o *owners) Forget(node string) {
+	o.do(func() []ownership.Change { return o.eng.Forget(node) })
+}
+
+// VotesBy returns the votes watcher cast that this replica holds.
+func (o *owners) VotesBy(watcher string) []ownership.Vote {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.eng.VotesBy(watcher)
 }
 
 // Tick advances the clock (hold expiry) and refreshes the gauges.
@@ -579,6 +606,17 @@ func (o *owners) updateGaugesLocked() {
 			lo = l
 		}
 	}
+	total, _ := o.eng.Members()
+	o.metrics.quorum.Set(boolGauge(o.eng.Quorum()))
+	o.metrics.acting.Set(boolGauge(o.eng.Acting()))
+	o.metrics.knownMembers.Set(float64(total))
+	drops := o.eng.Drops()
+	for _, d := range ownership.AllDrops() {
+		if n := drops[d] - o.dropsSeen[d]; n > 0 {
+			o.metrics.dropped.WithLabelValues(d.String()).Add(float64(n))
+		}
+	}
+	o.dropsSeen = drops
 	o.metrics.ownedMax.Set(float64(hi))
 	o.metrics.ownedMin.Set(float64(max(lo, 0)))
 	o.metrics.heldNodes.Set(float64(held))
@@ -595,11 +633,39 @@ func (o *owners) Merge(claims []ownership.Claim) {
 	})
 }
 
-// Claims returns the replica, for push/pull.
+// Claims returns the replica's claims.
 func (o *owners) Claims() []ownership.Claim {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.eng.Claims()
+}
+
+// State returns the replica's claims and votes, for push/pull.
+func (o *owners) State() ([]ownership.Claim, []ownership.Vote) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.eng.Claims(), o.eng.AllVotes()
+}
+
+// MergeVotes records votes received from peers, returning how many were
+// dropped by reason.
+func (o *owners) MergeVotes(votes []ownership.Vote) map[ownership.VoteResult]int {
+	out := map[ownership.VoteResult]int{}
+	if len(votes) == 0 {
+		return out
+	}
+	now := time.Now()
+	o.do(func() []ownership.Change {
+		o.proxyDirty = true
+		var changes []ownership.Change
+		for _, v := range votes {
+			c, res := o.eng.Vote(v, now)
+			changes = append(changes, c...)
+			out[res]++
+		}
+		return changes
+	})
+	return out
 }
 
 // Sync starts deciding. seeds are the owners ServiceL2Status records show,

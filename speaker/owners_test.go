@@ -185,7 +185,7 @@ func TestHeldNodeDeputyThenTakeover(t *testing.T) {
 	for _, n := range rank[1:] {
 		o := all[n]
 		o.SetSpeaker(owner, ownership.SpeakerGone, time.Now())
-		o.SetPath(owner, ownership.PathUp, "eth0", mac)
+		watchersVote(o, owner, ownership.PathUp, "eth0", mac)
 		if d := o.eng.Deputy(owner); d == n {
 			deputy = n
 		}
@@ -202,7 +202,7 @@ func TestHeldNodeDeputyThenTakeover(t *testing.T) {
 		}
 	}
 	for _, n := range rank[1:] {
-		all[n].SetPath(owner, ownership.PathDown, "", nil)
+		watchersVote(all[n], owner, ownership.PathDown, "", nil)
 	}
 	if !anns[rank[1]].announces("ns1/web") {
 		t.Fatalf("%s (next in hash order) did not take over after %s's data path went down", rank[1], owner)
@@ -255,7 +255,7 @@ func TestTakeoverDoesNotWaitForStatus(t *testing.T) {
 	}
 	start := time.Now()
 	o.SetSpeaker(winner, ownership.SpeakerGone, time.Now())
-	o.SetPath(winner, ownership.PathDown, "", nil)
+	watchersVote(o, winner, ownership.PathDown, "", nil)
 	if !ann.announces("ns1/web") {
 		t.Fatal("the survivor does not announce while its status writer is stuck")
 	}
@@ -284,7 +284,7 @@ func TestTakeoverIsOneBatch(t *testing.T) {
 	}
 	ann.calls()
 	o.SetSpeaker("w2", ownership.SpeakerGone, time.Now())
-	o.SetPath("w2", ownership.PathDown, "", nil)
+	watchersVote(o, "w2", ownership.PathDown, "", nil)
 	want := []string{fmt.Sprintf("apply %d", len(theirs)), fmt.Sprintf("kernelCheck %d", len(theirs))}
 	if got := ann.calls(); !slices.Equal(got, want) {
 		t.Errorf("announcer calls during the takeover %q, want %q", got, want)
@@ -296,10 +296,12 @@ func TestTakeoverIsOneBatch(t *testing.T) {
 	}
 }
 
-// TestVerdictFromWatcher: a node that does not probe the dead owner itself
-// (it is not one of its watchers) takes over its IP on the watchers'
-// verdict, received as a memberlist message.
-func TestVerdictFromWatcher(t *testing.T) {
+// TestVotesFromWatchers: a node that does not probe the dead owner itself
+// (it is not one of its watchers) takes over its IP once a majority of the
+// owner's watchers vote it down, received as memberlist messages; one
+// watcher's vote, or votes from nodes that are not its watchers, move
+// nothing.
+func TestVotesFromWatchers(t *testing.T) {
 	nodes := []string{"w1", "w2", "w3", "w4", "w5"}
 	ip := "172.18.255.212"
 	rank := election.Rank(ip, nodes)
@@ -312,29 +314,52 @@ func TestVerdictFromWatcher(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	g := newGossip(logr.Discard(), o)
+	g := newGossip(logr.Discard(), o, newMetrics(nil))
 	go g.run(ctx)
-	g.NotifyMsg(ownership.AppendVerdict(nil, ownership.Verdict{Node: owner, Path: ownership.PathDown}))
-	eventually(t, next+" takes over on the watchers' verdict that "+owner+" is down", 10*time.Second, func() string {
+	o.mu.Lock()
+	watchers := o.eng.Watchers(owner, ownership.WatchersPerNode)
+	o.mu.Unlock()
+	var others []string
+	for _, n := range nodes {
+		if n != owner && !slices.Contains(watchers, n) {
+			others = append(others, n)
+		}
+	}
+	down := func(watcher string) []byte {
+		return ownership.PackVotes([]ownership.Vote{{Node: owner, Watcher: watcher, Path: ownership.PathDown, Seq: uint64(time.Now().UnixNano())}}, 600)[0]
+	}
+	// Votes from nodes that are not its watchers, and one watcher's, are
+	// not enough; a message about another node behind them shows when they
+	// were handled.
+	for _, n := range others {
+		g.NotifyMsg(down(n))
+	}
+	g.NotifyMsg(down(watchers[0]))
+	marker := rank[2]
+	o.mu.Lock()
+	mw := o.eng.Watchers(marker, ownership.WatchersPerNode)
+	o.mu.Unlock()
+	for _, w := range mw {
+		g.NotifyMsg(ownership.PackVotes([]ownership.Vote{{Node: marker, Watcher: w, Path: ownership.PathUp, Seq: 1}}, 600)[0])
+	}
+	eventually(t, "the votes handled", 10*time.Second, func() string {
+		if _, p := o.path(marker); p != ownership.PathUp {
+			return marker + "'s path is " + p.String()
+		}
+		return ""
+	})
+	if ann.announces("ns1/web") {
+		t.Fatalf("%s took over on the votes of %v and one watcher (%s) of %v", next, others, watchers[0], watchers)
+	}
+	for _, w := range watchers[1:] {
+		g.NotifyMsg(down(w))
+	}
+	eventually(t, next+" takes over once the watchers agree that "+owner+" is down", 10*time.Second, func() string {
 		if !ann.announces("ns1/web") {
 			return "not announcing"
 		}
 		return ""
 	})
-	// A verdict about this node itself is ignored: it knows better. The
-	// verdict about another node behind it shows when it was handled.
-	other := rank[2]
-	g.NotifyMsg(ownership.AppendVerdict(nil, ownership.Verdict{Node: next, Path: ownership.PathDown}))
-	g.NotifyMsg(ownership.AppendVerdict(nil, ownership.Verdict{Node: other, Path: ownership.PathDown}))
-	eventually(t, "the verdicts handled", 10*time.Second, func() string {
-		if _, p := o.path(other); p != ownership.PathDown {
-			return other + "'s path is " + p.String()
-		}
-		return ""
-	})
-	if !ann.announces("ns1/web") {
-		t.Fatal("a verdict about itself made the node withdraw")
-	}
 }
 
 // TestNotifyMsgNeverWaitsForOwnership: memberlist's handler goroutine, which
@@ -352,7 +377,7 @@ func TestNotifyMsgNeverWaitsForOwnership(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	g := newGossip(logr.Discard(), o)
+	g := newGossip(logr.Discard(), o, newMetrics(nil))
 	go g.run(ctx)
 
 	o.mu.Lock() // the ownership layer is busy
@@ -362,7 +387,9 @@ func TestNotifyMsgNeverWaitsForOwnership(t *testing.T) {
 		for _, m := range msgs {
 			g.NotifyMsg(m)
 		}
-		g.NotifyMsg(ownership.AppendVerdict(nil, ownership.Verdict{Node: "w3", Path: ownership.PathDown}))
+		for _, w := range []string{"w1", "w2"} { // w3's watchers
+			g.NotifyMsg(ownership.PackVotes([]ownership.Vote{{Node: "w3", Watcher: w, Path: ownership.PathDown, Seq: 1}}, 600)[0])
+		}
 	}()
 	select {
 	case <-done:
@@ -371,7 +398,7 @@ func TestNotifyMsgNeverWaitsForOwnership(t *testing.T) {
 		t.Fatalf("NotifyMsg blocked while the ownership lock was held")
 	}
 	o.mu.Unlock()
-	eventually(t, "the queued claims and verdict merged", 10*time.Second, func() string {
+	eventually(t, "the queued claims and votes merged", 10*time.Second, func() string {
 		if _, p := o.path("w3"); p != ownership.PathDown {
 			return "w3's path is " + p.String()
 		}
@@ -536,4 +563,50 @@ func (o *owners) path(node string) (ownership.Speaker, ownership.Path) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.eng.Speaker(node)
+}
+
+// watchersVote casts p on node from each of its watchers on replica o, as
+// their votes arriving would.
+func watchersVote(o *owners, node string, p ownership.Path, iface string, mac net.HardwareAddr) {
+	o.mu.Lock()
+	ws := o.eng.Watchers(node, ownership.WatchersPerNode)
+	o.mu.Unlock()
+	for _, w := range ws {
+		o.Vote(ownership.Vote{Node: node, Watcher: w, Path: p, Seq: uint64(time.Now().UnixNano())}, iface, mac)
+	}
+}
+
+// TestSharedIPFollowsOneKey: a single-stack IPv4 Service and a dual-stack
+// one listed IPv6 first that share the IPv4 address are owned under one key,
+// so exactly one node announces the shared address (they used to follow
+// their first IPs, two keys placed apart, and two MACs answered).
+func TestSharedIPFollowsOneKey(t *testing.T) {
+	nodes := []string{"w1", "w2", "w3", "w4"}
+	v4, v6 := netip.MustParseAddr("172.18.254.15"), netip.MustParseAddr("fc00:f853:ccd:e799::15")
+	a := input(v4.String(), nodes...)
+	b := input(v4.String(), nodes...)
+	b.IPs = []netip.Addr{v6, v4}
+	if a.Key() != b.Key() {
+		t.Fatalf("keys %q and %q differ for Services sharing %s", a.Key(), b.Key(), v4)
+	}
+	announcers := map[string][]string{}
+	for _, n := range nodes {
+		o, ann := testOwners(t, n, logr.Discard(), nodes...)
+		// Some other Services first, so that least-loaded placement has
+		// loads to weigh.
+		for i := range 5 {
+			ip := fmt.Sprintf("172.18.254.%d", 100+i)
+			o.SetService(fmt.Sprintf("ns1/other-%d", i), input(ip, nodes...), lbService(ip))
+		}
+		o.SetService("ns1/sh-b", b, lbService(v6.String()))
+		o.SetService("ns1/sh-a", a, lbService(v4.String()))
+		for _, svc := range []string{"ns1/sh-a", "ns1/sh-b"} {
+			if ann.announces(svc) {
+				announcers[svc] = append(announcers[svc], n)
+			}
+		}
+	}
+	if len(announcers["ns1/sh-a"]) != 1 || !slices.Equal(announcers["ns1/sh-a"], announcers["ns1/sh-b"]) {
+		t.Fatalf("announcers of the Services sharing %s: sh-a %v, sh-b %v; want one node for both", v4, announcers["ns1/sh-a"], announcers["ns1/sh-b"])
+	}
 }

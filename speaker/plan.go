@@ -43,8 +43,8 @@ type Snapshot struct {
 // IPs, the nodes the configuration allows to announce them, and where this
 // node would announce them.
 type Input struct {
-	// IPs are the Service's ingress IPs, in status order; IPs[0] is the key
-	// the ownership of all of them follows.
+	// IPs are the Service's ingress IPs, in status order; the smallest is
+	// the key the ownership of all of them follows (Key).
 	IPs []netip.Addr
 	// Pool the IPs belong to.
 	Pool string
@@ -62,12 +62,17 @@ type Input struct {
 	Reason string
 }
 
-// Key is the ownership key of the Service: its first IP, "" when none.
+// Key is the ownership key of the Service: its smallest IP (IPv4 before
+// IPv6), "" when none. Not its first: Services sharing an IP must follow one
+// key whatever their families' order, and a single-stack IPv4 Service
+// sharing its address with a dual-stack one listed IPv6 first would
+// otherwise be owned under another key than its partner, and two nodes would
+// answer for the shared IPv4 address.
 func (in Input) Key() string {
 	if len(in.IPs) == 0 {
 		return ""
 	}
-	return in.IPs[0].String()
+	return slices.MinFunc(in.IPs, netip.Addr.Compare).String()
 }
 
 // Inputs computes the Input of svc given its EndpointSlices. It is pure and

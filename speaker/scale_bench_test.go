@@ -156,7 +156,7 @@ func BenchmarkSpeakerAtScale(b *testing.B) {
 			now = now.Add(time.Second)
 			owned := own.eng.Load(victim)
 			own.SetSpeaker(victim, ownership.SpeakerGone, now)
-			own.SetPath(victim, ownership.PathDown, "", nil)
+			watchersVote(own, victim, ownership.PathDown, "", nil)
 			if after := own.eng.Load(victim); after != 0 {
 				b.Fatalf("%s still owns %d keys after its data path went down", victim, after)
 			}

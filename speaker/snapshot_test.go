@@ -104,7 +104,7 @@ func TestSnapshotChangeHistory(t *testing.T) {
 		t.Errorf("history %s .. %s, want ns1/s10 .. the last", s.Changes[0].Services, s.Changes[changeHistory-1].Services)
 	}
 	// The peer's data path goes down: its keys move here, with that cause.
-	o.SetPath("w2", ownership.PathDown, "", nil)
+	watchersVote(o, "w2", ownership.PathDown, "", nil)
 	s = st.Snapshot(context.Background(), statusview.Filter{})
 	last := s.Changes[len(s.Changes)-1]
 	if last.From != "w2" || last.To != "w1" || last.Reason != string(ownership.ReasonOwnerDown) {
@@ -156,7 +156,7 @@ func TestSnapshotHeldNode(t *testing.T) {
 		o, ann := testOwners(t, n, logr.Discard(), nodes...)
 		o.SetService("ns1/web", input(ip, nodes...), lbService(ip))
 		o.SetSpeaker(owner, ownership.SpeakerGone, time.Now())
-		o.SetPath(owner, ownership.PathUp, "eth0", mac)
+		watchersVote(o, owner, ownership.PathUp, "eth0", mac)
 		s := statusOf(o, ann).Snapshot(context.Background(), statusview.Filter{})
 		i := slices.IndexFunc(s.Nodes, func(nd statusview.Node) bool { return nd.Name == owner })
 		nd := s.Nodes[i]
@@ -250,7 +250,7 @@ func TestOneInfoLinePerOwnerChange(t *testing.T) {
 	}
 	reset()
 	for _, n := range nodes {
-		all[n].SetPath(rank[0], ownership.PathDown, "", nil)
+		watchersVote(all[n], rank[0], ownership.PathDown, "", nil)
 	}
 	for _, n := range nodes {
 		want := 0

@@ -298,7 +298,7 @@ func Run(ctx context.Context, opts Options) error {
 		mo.BindAddr = opts.MLBindAddr
 		mo.BindPort = opts.MLBindPort
 		mo.SecretKey = key
-		g := newGossip(log.WithName("gossip"), own)
+		g := newGossip(log.WithName("gossip"), own, m)
 		go g.run(ctx)
 		mo.State = g
 		if ip := net.ParseIP(opts.MLBindAddr); (ip == nil || ip.IsUnspecified()) && opts.HostIP != "" {
@@ -375,7 +375,7 @@ func Run(ctx context.Context, opts Options) error {
 		}()
 		p := layer2.NewProber(log.WithName("prober"), layer2.ProberOptions{ExcludeInterfaces: opts.Layer2.ExcludeInterfaces})
 		defer func() { _ = p.Close() }()
-		h := &health{log: log.WithName("health"), self: opts.NodeName, ml: ml, own: own, prober: p, metrics: m, sendVerdict: verdictSender(ml),
+		h := &health{log: log.WithName("health"), self: opts.NodeName, ml: ml, own: own, prober: p, metrics: m, votes: newVoteSender(ml),
 			nodeAddrs:    func(ctx context.Context, node string) []netip.Addr { return nodeAddresses(ctx, mgr.GetClient(), node) },
 			links:        ann.Links,
 			linksChanged: linksChanged,

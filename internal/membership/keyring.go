@@ -41,3 +41,44 @@ func (l *List) NumKeys() int {
 	}
 	return len(l.keyring.GetKeys())
 }
+
+// InstallKey makes memberlist accept secret's key without sending with it:
+// the first phase of a rotation. Every member installs the new key before
+// any member sends with it (UseKey), so a rotation never splits the members
+// into those that have the new key and those that cannot read it.
+func (l *List) InstallKey(secret []byte) error {
+	if l.keyring == nil {
+		return errors.New("memberlist was started without encryption; restart to enable it")
+	}
+	k := SecretKeyFromSecret(secret)
+	if len(k) == 0 {
+		return errors.New("empty memberlist secret key")
+	}
+	for _, have := range l.keyring.GetKeys() {
+		if bytes.Equal(have, k) {
+			return nil
+		}
+	}
+	if err := l.keyring.AddKey(k); err != nil {
+		return fmt.Errorf("add memberlist key: %w", err)
+	}
+	l.log.Info("memberlist key installed: accepted, not yet used to send", "keys", len(l.keyring.GetKeys()))
+	return nil
+}
+
+// UseKey sends with secret's key from now on (installing it if needed): the
+// second phase of a rotation.
+func (l *List) UseKey(secret []byte) error {
+	if err := l.InstallKey(secret); err != nil {
+		return err
+	}
+	k := SecretKeyFromSecret(secret)
+	if bytes.Equal(l.keyring.GetPrimaryKey(), k) {
+		return nil
+	}
+	if err := l.keyring.UseKey(k); err != nil {
+		return fmt.Errorf("use memberlist key: %w", err)
+	}
+	l.log.Info("memberlist key rotated: sending with the new key", "keys", len(l.keyring.GetKeys()))
+	return nil
+}

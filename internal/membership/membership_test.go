@@ -335,3 +335,59 @@ func sawJoin(m *member, name string, d time.Duration) bool {
 		}
 	}
 }
+
+// A two-phase rotation never splits the members: each installs the new key
+// (accepting it) before any sends with it, and each sends with it before any
+// retires the old one, in whatever order the members take each phase. A
+// member sending with a key the others have not installed is cut off: the
+// control at the end shows the test would see a split.
+func TestTwoPhaseRotationKeepsMembers(t *testing.T) {
+	f := newFabric()
+	ms := startCluster(t, f, 3, testOptions("key-A"), testLogger(t))
+	defer func() {
+		for _, m := range ms {
+			m.stop()
+		}
+	}()
+	all := []string{"n1", "n2", "n3"}
+	waitMembers(t, ms, all, 20*time.Second)
+	// stays: every member keeps seeing every other, through a window long
+	// past the failure detector's suspicion (a split shows within it).
+	stays := func(phase string) {
+		t.Helper()
+		for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+			for _, m := range ms {
+				if got := len(m.list.States()); got != len(ms) {
+					t.Fatalf("%s: %s sees %d members, want %d", phase, m.name, got, len(ms))
+				}
+			}
+		}
+	}
+	for _, m := range ms {
+		if err := m.list.InstallKey([]byte("key-B")); err != nil {
+			t.Fatal(err)
+		}
+		stays(m.name + " installed key B")
+	}
+	for _, m := range ms {
+		if err := m.list.UseKey([]byte("key-B")); err != nil {
+			t.Fatal(err)
+		}
+		stays(m.name + " sends with key B")
+	}
+	for _, m := range ms {
+		if _, err := m.list.RetireOldKeys(); err != nil {
+			t.Fatal(err)
+		}
+		stays(m.name + " retired key A")
+	}
+	// Control: one member sends with a key nobody else has installed.
+	if err := ms[0].list.UseKey([]byte("key-C")); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(30 * time.Second); len(ms[1].list.States()) == len(ms); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("a member sending with a key the others lack was never seen failed: this test cannot see a split")
+		}
+	}
+}

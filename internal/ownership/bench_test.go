@@ -64,7 +64,7 @@ func BenchmarkMembershipEvent(b *testing.B) {
 					victim := nodes[1+i%(len(nodes)-1)]
 					now = now.Add(time.Second)
 					e.SetSpeaker(victim, SpeakerGone, now)
-					moved += len(e.SetPath(victim, PathDown))
+					moved += len(votePath(e, victim, PathDown))
 					e.SetSpeaker(victim, SpeakerAlive, now)
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(3*b.N)/1e6, "ms/event")

@@ -155,38 +155,136 @@ func readString(b []byte) (string, []byte, error) {
 	return string(b[n : n+int(l)]), b[n+int(l):], nil
 }
 
-// Verdict is a watcher's finding on a node's data path. Watchers send it to
-// every member (memberlist's encrypted transport), so that the nodes that
-// take over the node's keys act on it without probing the node themselves.
-type Verdict struct {
-	Node string
-	Path Path
-}
-
-// Wire format of a verdict message:
+// Wire format of a votes message (a watcher's findings, sent to every member
+// when one changes and re-sent as gossip; or a replica's votes in its state):
 //
-//	byte version (2), byte path, node
-const verdictVersion = 2
+//	byte    version (3)
+//	repeated until the end:
+//	  uvarint seq, byte path, uvarint len(node), node, uvarint len(watcher), watcher
+//
+// Version 2, a verdict without its watcher or sequence, was a command any
+// member could give about any node; it is no longer accepted.
+const votesVersion = 3
 
-// IsVerdict reports whether a message is a verdict (else claims).
-func IsVerdict(b []byte) bool { return len(b) > 0 && b[0] == verdictVersion }
+// IsVotes reports whether a message is a votes message (else claims).
+func IsVotes(b []byte) bool { return len(b) > 0 && b[0] == votesVersion }
 
-// AppendVerdict appends the wire form of v to buf.
-func AppendVerdict(buf []byte, v Verdict) []byte {
-	return append(append(buf, verdictVersion, byte(v.Path)), v.Node...)
+// AppendVote appends one vote (without the version byte) to buf.
+func AppendVote(buf []byte, v Vote) []byte {
+	buf = binary.AppendUvarint(buf, v.Seq)
+	buf = append(buf, byte(v.Path))
+	buf = binary.AppendUvarint(buf, uint64(len(v.Node)))
+	buf = append(buf, v.Node...)
+	buf = binary.AppendUvarint(buf, uint64(len(v.Watcher)))
+	return append(buf, v.Watcher...)
 }
 
-// DecodeVerdict parses a verdict message, wrapping ErrBadMessage on failure.
-func DecodeVerdict(b []byte) (Verdict, error) {
-	switch {
-	case len(b) < 3:
-		return Verdict{}, fmt.Errorf("%w: verdict of %d bytes", ErrBadMessage, len(b))
-	case b[0] != verdictVersion:
-		return Verdict{}, fmt.Errorf("%w: version %d, want %d", ErrBadMessage, b[0], verdictVersion)
-	case Path(b[1]) > PathDown:
-		return Verdict{}, fmt.Errorf("%w: path %d", ErrBadMessage, b[1])
-	case len(b)-2 > maxNameLen:
-		return Verdict{}, fmt.Errorf("%w: node name of %d bytes", ErrBadMessage, len(b)-2)
+// PackVotes encodes votes as messages of at most maxBytes each (a vote that
+// does not fit alone gets a message of its own).
+func PackVotes(votes []Vote, maxBytes int) [][]byte {
+	var out [][]byte
+	var msg []byte
+	for _, v := range votes {
+		one := AppendVote(nil, v)
+		if len(msg) > 0 && len(msg)+len(one) > maxBytes {
+			out = append(out, msg)
+			msg = nil
+		}
+		if len(msg) == 0 {
+			msg = []byte{votesVersion}
+		}
+		msg = append(msg, one...)
 	}
-	return Verdict{Node: string(b[2:]), Path: Path(b[1])}, nil
+	if len(msg) > 0 {
+		out = append(out, msg)
+	}
+	return out
+}
+
+// DecodeVotes parses a votes message. It never panics; a message that does
+// not parse as a whole yields no votes and an error wrapping ErrBadMessage.
+func DecodeVotes(b []byte) ([]Vote, error) {
+	if len(b) == 0 || b[0] != votesVersion {
+		return nil, fmt.Errorf("%w: not a votes message", ErrBadMessage)
+	}
+	b = b[1:]
+	var out []Vote
+	for len(b) > 0 {
+		var v Vote
+		var n int
+		v.Seq, n = binary.Uvarint(b)
+		if n <= 0 || len(b) < n+1 {
+			return nil, fmt.Errorf("%w: seq of vote %d", ErrBadMessage, len(out))
+		}
+		v.Path = Path(b[n])
+		if v.Path > PathDown {
+			return nil, fmt.Errorf("%w: path %d of vote %d", ErrBadMessage, b[n], len(out))
+		}
+		b = b[n+1:]
+		var err error
+		if v.Node, b, err = readString(b); err != nil {
+			return nil, fmt.Errorf("%w: node of vote %d: %w", ErrBadMessage, len(out), err)
+		}
+		if v.Watcher, b, err = readString(b); err != nil {
+			return nil, fmt.Errorf("%w: watcher of vote %d: %w", ErrBadMessage, len(out), err)
+		}
+		if v.Node == "" || v.Watcher == "" {
+			return nil, fmt.Errorf("%w: vote %d has an empty node or watcher", ErrBadMessage, len(out))
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// Wire format of a replica's state (memberlist push/pull):
+//
+//	byte    version (4)
+//	uvarint len(claims), claims message (version 1)
+//	votes message (version 3), or nothing
+//
+// A version-1 claims message alone is accepted as a state too (a speaker of
+// the previous release).
+const stateVersion = 4
+
+// AppendState appends the wire form of a replica's claims and votes.
+func AppendState(buf []byte, claims []Claim, votes []Vote) []byte {
+	c := AppendClaims(nil, claims...)
+	buf = append(buf, stateVersion)
+	buf = binary.AppendUvarint(buf, uint64(len(c)))
+	buf = append(buf, c...)
+	if len(votes) > 0 {
+		buf = append(buf, votesVersion)
+		for _, v := range votes {
+			buf = AppendVote(buf, v)
+		}
+	}
+	return buf
+}
+
+// DecodeState parses a replica's state, wrapping ErrBadMessage on failure.
+func DecodeState(b []byte) ([]Claim, []Vote, error) {
+	if len(b) > 0 && b[0] == wireVersion {
+		c, err := DecodeClaims(b)
+		return c, nil, err
+	}
+	if len(b) == 0 || b[0] != stateVersion {
+		return nil, nil, fmt.Errorf("%w: not a state message", ErrBadMessage)
+	}
+	l, n := binary.Uvarint(b[1:])
+	if n <= 0 || l > uint64(len(b)-1-n) {
+		return nil, nil, fmt.Errorf("%w: claims length", ErrBadMessage)
+	}
+	rest := b[1+n:]
+	claims, err := DecodeClaims(rest[:l])
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(rest[l:]) == 0 {
+		return claims, nil, nil
+	}
+	votes, err := DecodeVotes(rest[l:])
+	if err != nil {
+		return nil, nil, err
+	}
+	return claims, votes, nil
 }

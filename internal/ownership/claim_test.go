@@ -135,23 +135,49 @@ func FuzzDecodeClaims(f *testing.F) {
 	})
 }
 
-// FuzzDecodeVerdict: any input either fails with ErrBadMessage or decodes to
-// a verdict that encodes back to the same bytes.
-func FuzzDecodeVerdict(f *testing.F) {
-	f.Add(AppendVerdict(nil, Verdict{Node: "myk8s-worker2", Path: PathDown}))
-	f.Add(AppendVerdict(nil, Verdict{Node: "n", Path: PathUp}))
-	f.Add([]byte{2, 9, 'x'})
-	f.Add([]byte{1, 1, 1, 'k', 1, 'o'})
+// FuzzDecodeVotes: any input either fails with ErrBadMessage or decodes to
+// votes that encode back to the same bytes.
+func FuzzDecodeVotes(f *testing.F) {
+	f.Add(PackVotes([]Vote{{Node: "myk8s-worker2", Watcher: "myk8s-worker3", Path: PathDown, Seq: 1764000000000000000}}, 600)[0])
+	f.Add(PackVotes([]Vote{{Node: "n", Watcher: "w", Path: PathUp}, {Node: "m", Watcher: "w", Path: PathUnknown, Seq: 3}}, 600)[0])
+	f.Add([]byte{3, 0, 9, 1, 'x', 1, 'y'})
+	f.Add([]byte{2, 2, 'x'})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		v, err := DecodeVerdict(b)
+		votes, err := DecodeVotes(b)
 		if err != nil {
 			if !errors.Is(err, ErrBadMessage) {
 				t.Fatalf("error %v does not wrap ErrBadMessage", err)
 			}
 			return
 		}
-		if again := AppendVerdict(nil, v); string(again) != string(b) || !IsVerdict(again) {
-			t.Fatalf("re-encoding %+v: %q, want %q", v, again, b)
+		if len(votes) == 0 {
+			return
+		}
+		packed := PackVotes(votes, 1<<20)
+		if len(packed) != 1 || string(packed[0]) != string(b) || !IsVotes(packed[0]) {
+			t.Fatalf("re-encoding %+v: %q, want %q", votes, packed, b)
+		}
+	})
+}
+
+// FuzzDecodeState: any input either fails with ErrBadMessage or decodes to
+// claims and votes that survive a round trip.
+func FuzzDecodeState(f *testing.F) {
+	f.Add(AppendState(nil, []Claim{{Key: "10.0.0.1", Owner: "a", Epoch: 4}}, []Vote{{Node: "a", Watcher: "b", Path: PathUp, Seq: 7}}))
+	f.Add(AppendState(nil, nil, nil))
+	f.Add(AppendClaims(nil, Claim{Key: "k", Owner: "o", Epoch: 1}))
+	f.Add([]byte{4, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		claims, votes, err := DecodeState(b)
+		if err != nil {
+			if !errors.Is(err, ErrBadMessage) {
+				t.Fatalf("error %v does not wrap ErrBadMessage", err)
+			}
+			return
+		}
+		c2, v2, err := DecodeState(AppendState(nil, claims, votes))
+		if err != nil || !slices.Equal(c2, claims) || !slices.Equal(v2, votes) {
+			t.Fatalf("round trip of %v %v: %v %v %v", claims, votes, c2, v2, err)
 		}
 	})
 }

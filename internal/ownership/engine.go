@@ -112,7 +112,12 @@ type nodeState struct {
 	speaker   Speaker
 	goneSince time.Time
 	expired   bool // the hold ran out (processed once)
-	path      Path
+	// path is the aggregate of votes (pathOf), never set directly.
+	path Path
+	// member: seen as a memberlist member; counts in the quorum until Forget.
+	member bool
+	// votes are the findings of its watchers, by watcher (evidence.go).
+	votes map[string]vote
 }
 
 func (n *nodeState) alive() bool { return n.speaker != SpeakerGone }
@@ -125,9 +130,13 @@ type Engine struct {
 	synced   bool
 	syncedAt time.Time
 
-	keys     map[string]*NodeSet            // active keys -> eligible nodes
-	claims   map[string]Claim               // replica, active and inactive keys
-	inactive map[string]time.Time           // claims of inactive keys -> since
+	keys     map[string]*NodeSet  // active keys -> eligible nodes
+	claims   map[string]Claim     // replica, active and inactive keys
+	inactive map[string]time.Time // claims of inactive keys -> since
+	// foreign are the inactive keys no Service here ever used (learned from
+	// a peer): kept until inactiveTTL, bounded by maxForeignClaims, and not
+	// gossiped on, so a claim nobody uses dies out instead of circulating.
+	foreign  map[string]struct{}
 	nodes    map[string]*nodeState          // every node ever referenced
 	owned    map[string]map[string]struct{} // owner -> active keys it claims
 	unplaced map[string]struct{}            // active keys nobody serves or can serve
@@ -135,7 +144,29 @@ type Engine struct {
 
 	ringCache []string // placeable nodes by name (Watchers)
 	ringDirty bool
+
+	// distrusted: SetTrusted(false); wasActing: Acting() when last checked.
+	distrusted, wasActing bool
+	// mayWas: mayAct() when last checked; relearnUntil: see relearnFor.
+	mayWas       bool
+	relearnUntil time.Time
+	lastLapse    time.Time // last check for lapsed votes
+	drops        DropCounts
 }
+
+// MaxEpoch bounds claim epochs: a transition never goes past it and a claim
+// beyond it is refused, so an epoch can neither wrap to 0 nor be inflated by
+// a peer to a value no later transition can beat. At one transition of a key
+// a second it lasts nine million years.
+const MaxEpoch = 1 << 48
+
+// maxEpochStep bounds how far ahead of the replica's claim a peer's claim for
+// the same key may be: replicas differ by the transitions they missed, never
+// by a million.
+const maxEpochStep = 1 << 20
+
+// maxForeignClaims bounds the claims kept for keys no Service here uses.
+const maxForeignClaims = 1 << 16
 
 // New returns an Engine that makes no decision until SetSynced.
 func New(opts Options) *Engine {
@@ -147,6 +178,7 @@ func New(opts Options) *Engine {
 		keys:     map[string]*NodeSet{},
 		claims:   map[string]Claim{},
 		inactive: map[string]time.Time{},
+		foreign:  map[string]struct{}{},
 		nodes:    map[string]*nodeState{},
 		owned:    map[string]map[string]struct{}{},
 		unplaced: map[string]struct{}{},
@@ -169,6 +201,8 @@ func (e *Engine) SetSynced(now time.Time) []Change {
 		return nil
 	}
 	e.synced, e.syncedAt = true, now
+	e.mayWas = e.mayAct()
+	e.wasActing = e.Acting()
 	for name, n := range e.nodes {
 		if !n.alive() && n.goneSince.IsZero() {
 			n.goneSince = now
@@ -199,7 +233,10 @@ func (e *Engine) serving(name string) bool {
 	if n.path == PathDown {
 		return false
 	}
-	if n.alive() {
+	if n.alive() || n.path == PathUp {
+		// A node whose kernel answers its watchers delivers its keys'
+		// traffic whatever became of its speaker (crashed, frozen, cut off
+		// from memberlist): moving them would only break connections.
 		return true
 	}
 	return e.opts.Hold > 0 && !n.expired && e.now.Sub(n.goneSince) < e.opts.Hold
@@ -219,6 +256,7 @@ func (e *Engine) SetKey(key string, eligible *NodeSet) []Change {
 	e.keys[key] = eligible
 	if !had {
 		delete(e.inactive, key)
+		delete(e.foreign, key)
 		if c, ok := e.claims[key]; ok {
 			e.index(key, "", c.Owner)
 		}
@@ -246,36 +284,77 @@ func (e *Engine) DeleteKey(key string) {
 func (e *Engine) SetSpeaker(name string, s Speaker, now time.Time) []Change {
 	changes := e.Tick(now)
 	n := e.node(name)
-	wasAlive := n.alive()
+	wasAlive, wasActing := n.alive(), e.wasActing
 	n.speaker = s
+	if s != SpeakerGone {
+		n.member = true
+	}
+	if wasAlive == n.alive() {
+		return changes
+	}
 	e.ringDirty = true
-	switch {
-	case wasAlive && s == SpeakerGone:
+	if wasAlive {
 		n.goneSince, n.expired = now, false
 		e.away[name] = struct{}{}
-		return append(changes, e.decideKeys(e.ownedKeys(name))...)
-	case !wasAlive && s != SpeakerGone:
+		changes = append(changes, e.decideKeys(e.ownedKeys(name))...)
+	} else {
 		// It is back: whatever was said about its data path is stale.
+		clear(n.votes)
 		n.path, n.expired = PathUnknown, false
 		delete(e.away, name)
-		return append(changes, e.nodeBecamePlaceable(name)...)
+	}
+	// The ring changed: other nodes' watchers, and so the votes that
+	// count, may have too; and the quorum may have been lost or regained.
+	changes = append(changes, e.reaggregate()...)
+	if regained := e.actingChanged(); regained != nil || e.Acting() && !wasActing {
+		return append(changes, regained...) // every key decided afresh, the newcomer's too
+	}
+	if !wasAlive {
+		changes = append(changes, e.nodeBecamePlaceable(name)...)
 	}
 	return changes
 }
 
-// SetPath records the verdict on a node's data path.
-func (e *Engine) SetPath(name string, p Path) []Change {
-	n := e.node(name)
-	prev := n.path
-	n.path = p
-	e.ringDirty = true
-	switch {
-	case p == PathDown && prev != PathDown:
-		return e.decideKeys(e.ownedKeys(name))
-	case p != PathDown && prev == PathDown && n.alive():
-		return e.nodeBecamePlaceable(name)
+// setPath records the aggregate verdict on a node's data path (pathOf).
+func (e *Engine) setPath(name string, p Path) []Change {
+	return e.setPaths(map[string]Path{name: p})
+}
+
+// setPaths records several nodes' aggregate verdicts, all before deciding
+// anything, so that every decision sees every new verdict (a key is not
+// moved to a node that a later verdict of the same call rules out).
+func (e *Engine) setPaths(paths map[string]Path) []Change {
+	var keys, placeable []string
+	for name, p := range paths {
+		n := e.node(name)
+		prev := n.path
+		if p == prev {
+			continue
+		}
+		n.path = p
+		e.ringDirty = true
+		switch {
+		case p == PathDown && prev != PathDown:
+			keys = append(keys, e.ownedKeys(name)...)
+		case p != PathDown && prev == PathDown && n.alive():
+			placeable = append(placeable, name)
+		case prev == PathUp && !n.alive():
+			// Its kernel no longer known to answer: its hold runs again.
+			if _, ok := e.away[name]; !ok && !n.expired {
+				e.away[name] = struct{}{}
+			}
+			keys = append(keys, e.ownedKeys(name)...)
+		}
 	}
-	return nil
+	if regained := e.actingChanged(); regained != nil {
+		return regained // a two-node survivor's quorum (absentDown): every key decided
+	}
+	changes := e.decideKeys(keys)
+	slices.Sort(placeable)
+	for _, name := range placeable {
+		changes = append(changes, e.nodeBecamePlaceable(name)...)
+	}
+	return changes
 }
 
 // nodeBecamePlaceable re-decides the keys a node that became placeable can
@@ -312,12 +391,26 @@ func (e *Engine) Tick(now time.Time) []Change {
 	if now.After(e.now) {
 		e.now = now
 	}
+	var changes []Change
+	if !e.wasActing && e.synced {
+		changes = e.actingChanged() // a relearning period may have ended
+	}
+	if now.Sub(e.lastLapse) >= time.Second {
+		// Votes that lapsed first, so that hold expiry places keys on
+		// the nodes that are placeable now.
+		e.lastLapse = now
+		changes = e.reaggregate()
+		changes = append(changes, e.forgetAndPrune()...)
+	}
 	var keys []string
 	for name := range e.away {
 		n := e.nodes[name]
 		if n.alive() || n.expired {
 			delete(e.away, name)
 			continue
+		}
+		if n.path == PathUp {
+			continue // it delivers: the hold does not run out (serving)
 		}
 		if e.opts.Hold > 0 && now.Sub(n.goneSince) >= e.opts.Hold {
 			n.expired = true
@@ -328,10 +421,11 @@ func (e *Engine) Tick(now time.Time) []Change {
 	for k, since := range e.inactive {
 		if now.Sub(since) >= inactiveTTL {
 			delete(e.inactive, k)
+			delete(e.foreign, k)
 			delete(e.claims, k)
 		}
 	}
-	return e.decideKeys(keys)
+	return append(changes, e.decideKeys(keys)...)
 }
 
 // Merge folds claims received from a peer into the replica and re-decides
@@ -341,16 +435,26 @@ func (e *Engine) Merge(claims []Claim) []Change {
 	var keys []string
 	for _, c := range claims {
 		cur, had := e.claims[c.Key]
+		if c.Epoch > MaxEpoch || (had && c.Epoch > cur.Epoch+maxEpochStep) {
+			e.drops[DropClaimEpoch]++
+			continue
+		}
 		if had && !Newer(c, cur) {
 			continue
 		}
-		e.claims[c.Key] = c
 		if _, active := e.keys[c.Key]; !active {
 			if _, known := e.inactive[c.Key]; !known {
+				if len(e.foreign) >= maxForeignClaims {
+					e.drops[DropClaimForeign]++
+					continue
+				}
 				e.inactive[c.Key] = e.now
+				e.foreign[c.Key] = struct{}{}
 			}
+			e.claims[c.Key] = c
 			continue
 		}
+		e.claims[c.Key] = c
 		e.index(c.Key, cur.Owner, c.Owner)
 		e.node(c.Owner)
 		if cur.Owner != c.Owner {
@@ -379,9 +483,10 @@ func (e *Engine) decideKeys(keys []string) []Change {
 	}
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
+	acting := e.Acting()
 	var out []Change
 	for _, k := range keys {
-		if c, ok := e.decide(k); ok {
+		if c, ok := e.decide(k, acting); ok {
 			out = append(out, c)
 		}
 	}
@@ -389,8 +494,10 @@ func (e *Engine) decideKeys(keys []string) []Change {
 }
 
 // decide applies the ownership rule to one active key and records the
-// transition it makes, if any.
-func (e *Engine) decide(key string) (Change, bool) {
+// transition it makes, if any. A replica that is not acting (no quorum, or
+// distrusting itself) makes none: the key keeps its claim until one that
+// acts decides, or until this one acts again (actingChanged).
+func (e *Engine) decide(key string, acting bool) (Change, bool) {
 	elig, active := e.keys[key]
 	if !active {
 		return Change{}, false
@@ -398,11 +505,14 @@ func (e *Engine) decide(key string) (Change, bool) {
 	cur, has := e.claims[key]
 	if has && elig.Has(cur.Owner) && e.serving(cur.Owner) {
 		delete(e.unplaced, key)
-		if e.opts.Failback == FailbackImmediate {
+		if e.opts.Failback == FailbackImmediate && acting {
 			if w := e.winner(key, elig, cur.Owner); w != cur.Owner {
 				return e.transition(key, cur, w, ReasonFailback), true
 			}
 		}
+		return Change{}, false
+	}
+	if !acting {
 		return Change{}, false
 	}
 	var to string
@@ -435,7 +545,7 @@ func (e *Engine) decide(key string) (Change, bool) {
 }
 
 func (e *Engine) transition(key string, cur Claim, to string, why Reason) Change {
-	next := Claim{Key: key, Owner: to, Epoch: cur.Epoch + 1}
+	next := Claim{Key: key, Owner: to, Epoch: min(cur.Epoch+1, MaxEpoch)}
 	e.claims[key] = next
 	e.index(key, cur.Owner, to)
 	return Change{Key: key, From: cur.Owner, To: to, Epoch: next.Epoch, Reason: why}
@@ -552,10 +662,16 @@ func (e *Engine) Claim(key string) (Claim, bool) {
 	return c, ok
 }
 
-// Claims returns every claim of the replica (for push/pull), sorted by key.
+// Claims returns the claims of the replica a peer needs (push/pull), sorted
+// by key: those of active keys and of keys deleted here, not those learned
+// for keys no Service here ever used (foreign), which would otherwise
+// circulate between replicas forever.
 func (e *Engine) Claims() []Claim {
 	out := make([]Claim, 0, len(e.claims))
-	for _, c := range e.claims {
+	for k, c := range e.claims {
+		if _, f := e.foreign[k]; f {
+			continue
+		}
 		out = append(out, c)
 	}
 	slices.SortFunc(out, func(a, b Claim) int {
@@ -643,10 +759,11 @@ func (e *Engine) Deputy(node string) string {
 	return ""
 }
 
-// WatchersPerNode is how many nodes probe each owner's data path: enough that
-// one watcher dying with it does not leave it unwatched, few enough that the
-// probes stay constant per node at any cluster size.
-const WatchersPerNode = 2
+// WatchersPerNode is how many nodes probe each owner's data path, and a
+// majority of them must agree that it is down before its keys move: one
+// watcher whose own cable, port or CPU failed is outvoted, and one dying with
+// the owner still leaves a majority to decide (two of three).
+const WatchersPerNode = 3
 
 // Interested reports whether self must probe node's data path: self is one
 // of its watchers, and node owns keys (or its data path is down, so that its

@@ -68,18 +68,43 @@ func TestDecisions(t *testing.T) {
 			hold: hold,
 			act: func(e *Engine, _ *NodeSet) []Change {
 				c := e.SetSpeaker(first, SpeakerGone, t0.Add(time.Second))
-				c = append(c, e.SetPath(first, PathUp)...)
+				c = append(c, votePath(e, first, PathUp)...)
 				return append(c, e.Tick(t0.Add(29*time.Second))...)
 			},
 			wantOwner: first,
 		},
 		{
-			name: "hold expired: moves to the hash winner of the rest",
+			name: "speaker gone, data path answers: kept past the hold (the deputy answers)",
 			hold: hold,
 			act: func(e *Engine, _ *NodeSet) []Change {
 				c := e.SetSpeaker(first, SpeakerGone, t0.Add(time.Second))
-				c = append(c, e.SetPath(first, PathUp)...)
+				for now := t0; now.Before(t0.Add(5 * time.Minute)); now = now.Add(2 * time.Second) {
+					c = append(c, e.Tick(now)...)
+					c = append(c, votePath(e, first, PathUp)...) // the watchers re-send
+				}
+				return c
+			},
+			wantOwner: first,
+		},
+		{
+			name: "hold expired with the data path not judged: moves to the hash winner of the rest",
+			hold: hold,
+			act: func(e *Engine, _ *NodeSet) []Change {
+				c := e.SetSpeaker(first, SpeakerGone, t0.Add(time.Second))
 				return append(c, e.Tick(t0.Add(31*time.Second))...)
+			},
+			wantOwner:  second,
+			wantReason: ReasonHoldExpired,
+		},
+		{
+			name: "data path answered, then no longer judged: the hold runs out",
+			hold: hold,
+			act: func(e *Engine, _ *NodeSet) []Change {
+				c := e.SetSpeaker(first, SpeakerGone, t0.Add(time.Second))
+				c = append(c, votePath(e, first, PathUp)...)
+				c = append(c, e.Tick(t0.Add(time.Minute))...)
+				c = append(c, votePath(e, first, PathUnknown)...)
+				return append(c, e.Tick(t0.Add(time.Minute+time.Second))...)
 			},
 			wantOwner:  second,
 			wantReason: ReasonHoldExpired,
@@ -97,7 +122,7 @@ func TestDecisions(t *testing.T) {
 			hold: hold,
 			act: func(e *Engine, _ *NodeSet) []Change {
 				c := e.SetSpeaker(first, SpeakerSuspect, t0)
-				return append(c, e.SetPath(first, PathDown)...)
+				return append(c, votePath(e, first, PathDown)...)
 			},
 			wantOwner:  second,
 			wantReason: ReasonOwnerDown,
@@ -107,7 +132,7 @@ func TestDecisions(t *testing.T) {
 			hold: hold,
 			act: func(e *Engine, _ *NodeSet) []Change {
 				c := e.SetSpeaker(first, SpeakerGone, t0)
-				c = append(c, e.SetPath(first, PathDown)...)
+				c = append(c, votePath(e, first, PathDown)...)
 				return append(c, e.SetSpeaker(first, SpeakerAlive, t0.Add(8*time.Second))...)
 			},
 			wantOwner:  second,
@@ -119,7 +144,7 @@ func TestDecisions(t *testing.T) {
 			hold:     hold,
 			act: func(e *Engine, _ *NodeSet) []Change {
 				c := e.SetSpeaker(first, SpeakerGone, t0)
-				c = append(c, e.SetPath(first, PathDown)...)
+				c = append(c, votePath(e, first, PathDown)...)
 				return append(c, e.SetSpeaker(first, SpeakerAlive, t0.Add(8*time.Second))...)
 			},
 			wantOwner:  first,
@@ -140,7 +165,7 @@ func TestDecisions(t *testing.T) {
 			name: "path up verdict on a live owner changes nothing",
 			hold: hold,
 			act: func(e *Engine, _ *NodeSet) []Change {
-				return e.SetPath(first, PathUp)
+				return votePath(e, first, PathUp)
 			},
 			wantOwner: first,
 		},
@@ -187,7 +212,7 @@ func TestNewKeysGoToTheLeastLoaded(t *testing.T) {
 	// c dies: its keys spread over a and b by hash; c comes back and then
 	// receives the new keys until it catches up.
 	e.SetSpeaker("c", SpeakerGone, t0)
-	e.SetPath("c", PathDown)
+	votePath(e, "c", PathDown)
 	if e.Load("c") != 0 || e.Load("a")+e.Load("b") != 30 {
 		t.Fatalf("after c died: loads a=%d b=%d c=%d", e.Load("a"), e.Load("b"), e.Load("c"))
 	}
@@ -309,13 +334,13 @@ func TestPreferences(t *testing.T) {
 			}
 
 			// p1 fails: its keys go to p2, the other node of the top tier.
-			for _, c := range e.SetPath("p1", PathDown) {
+			for _, c := range votePath(e, "p1", PathDown) {
 				if c.To != "p2" || c.Reason != ReasonOwnerDown {
 					t.Errorf("p1 down: %+v, want p2 (ownerDataPathDown)", c)
 				}
 			}
 			// p2 fails too: the next tier (b, score 30), not the hash order.
-			for _, c := range e.SetPath("p2", PathDown) {
+			for _, c := range votePath(e, "p2", PathDown) {
 				if c.To != "b" {
 					t.Errorf("p2 down: %+v, want b (next tier)", c)
 				}
@@ -324,7 +349,7 @@ func TestPreferences(t *testing.T) {
 				t.Fatalf("b owns %v, want every key", got)
 			}
 			// p1 returns.
-			changes := e.SetPath("p1", PathUp)
+			changes := votePath(e, "p1", PathUp)
 			if fb == FailbackNever {
 				if len(changes) != 0 {
 					t.Fatalf("a returning preferred node took keys without failback: %v", changes)
@@ -381,3 +406,17 @@ func TestIntersect(t *testing.T) {
 		t.Error("intersection with the empty set is not empty")
 	}
 }
+
+// votePath casts p on node from every one of its watchers, as watchers that
+// agree do, and returns the changes.
+func votePath(e *Engine, node string, p Path) []Change {
+	var out []Change
+	for _, w := range e.Watchers(node, WatchersPerNode) {
+		voteSeq++
+		c, _ := e.Vote(Vote{Node: node, Watcher: w, Path: p, Seq: voteSeq}, e.now)
+		out = append(out, c...)
+	}
+	return out
+}
+
+var voteSeq uint64

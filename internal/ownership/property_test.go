@@ -81,7 +81,7 @@ func (w *world) event(now time.Time) event {
 		return event{fmt.Sprintf("SetSpeaker(%s, %s)", node, s), node, func(e *Engine, now time.Time) []Change { return e.SetSpeaker(node, s, now) }}
 	case 4:
 		p := Path(w.rng.IntN(3))
-		return event{fmt.Sprintf("SetPath(%s, %s)", node, p), node, func(e *Engine, _ time.Time) []Change { return e.SetPath(node, p) }}
+		return event{fmt.Sprintf("SetPath(%s, %s)", node, p), node, func(e *Engine, _ time.Time) []Change { return votePath(e, node, p) }}
 	case 5:
 		c := Claim{Key: key, Owner: node, Epoch: uint64(w.rng.IntN(6))}
 		return event{fmt.Sprintf("Merge(%+v)", c), key, func(e *Engine, _ time.Time) []Change { return e.Merge([]Claim{c}) }}
@@ -150,6 +150,9 @@ func checkValid(t *testing.T, e *Engine) {
 		o, serving := e.Owner(k)
 		if o != "" && elig.Has(o) && serving {
 			continue
+		}
+		if !e.Acting() {
+			continue // without quorum nothing is re-placed
 		}
 		hasCandidate := false
 		e.candidates(elig, func(string) { hasCandidate = true })
@@ -289,7 +292,7 @@ func TestRestartWithStaleState(t *testing.T) {
 		}
 		// Some history: a node died and came back, keys moved.
 		peer.SetSpeaker(w.nodes[2], SpeakerGone, t0)
-		peer.SetPath(w.nodes[2], PathDown)
+		votePath(peer, w.nodes[2], PathDown)
 		peer.SetSpeaker(w.nodes[2], SpeakerAlive, t0)
 
 		r := New(Options{Self: w.nodes[1], Hold: time.Minute})
