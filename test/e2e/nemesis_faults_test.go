@@ -4,11 +4,16 @@ package e2e
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"strconv"
 	"syscall"
 
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ironlb/ironlb/controllers"
 	"github.com/ironlb/ironlb/test/e2e/nemesis"
 	"github.com/ironlb/ironlb/test/lab/labctl"
 )
@@ -17,7 +22,7 @@ import (
 // lab offers (hosts.go) and the iptables rules of faults_test.go. Each apply
 // returns the function that heals it; a heal must be safe to call when the
 // apply failed half-way, and every rule a fault adds carries a comment with
-// nemesisComment, so that one sweep (clearNemesisRules) removes whatever an
+// nemesisComment, so that one sweep (clearRules with that prefix) removes whatever an
 // interrupted run left.
 
 // nemesisComment prefixes the comment of every iptables rule the nemesis adds.
@@ -74,6 +79,8 @@ func (fe *faultEnv) apply(ctx context.Context, f nemesis.Fault) (heal func(conte
 		return fe.apiServerDown(ctx)
 	case nemesis.PacketLoss:
 		return fe.packetLoss(ctx, node)
+	case nemesis.KeyRotation:
+		return fe.rotateKey(ctx)
 	}
 	return nil, fmt.Errorf("fault kind %q: not implemented in the lab", f.Kind)
 }
@@ -222,6 +229,30 @@ func (fe *faultEnv) packetLoss(ctx context.Context, node string) (func(context.C
 		return heal, err
 	}
 	return heal, fe.addRules(ctx, node, "ip6tables", "mangle", rules)
+}
+
+// rotateKey replaces the memberlist key in its Secret with 32 new random
+// bytes (the controller's format), as a user rotating it does; the speakers
+// read it from their mounted Secret and rotate in phases.
+func (fe *faultEnv) rotateKey(ctx context.Context) (func(context.Context) error, error) {
+	none := func(context.Context) error { return nil }
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return none, err
+	}
+	name := Release + "-memberlist"
+	var sec corev1.Secret
+	if err := fe.e.C.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: name}, &sec); err != nil {
+		return none, fmt.Errorf("reading the memberlist Secret %s/%s: %w", Namespace, name, err)
+	}
+	if sec.Data == nil {
+		sec.Data = map[string][]byte{}
+	}
+	sec.Data[controllers.MemberlistSecretKey] = key
+	if err := fe.e.C.Update(ctx, &sec); err != nil {
+		return none, fmt.Errorf("rotating the memberlist key in %s/%s: %w", Namespace, name, err)
+	}
+	return none, nil
 }
 
 // addRules inserts rules (first in their chains) with cmd (iptables,

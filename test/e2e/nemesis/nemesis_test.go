@@ -70,6 +70,9 @@ func TestGenerateRespectsTheRules(t *testing.T) {
 				if f.Kind == CablePull && !slices.Equal(f.DataPathDown, f.Nodes) {
 					t.Errorf("seed %d: %v: a pulled cable takes its node's data path down", seed, f)
 				}
+				if len(ep.Faults) == 2 && apiConflict(ep.Faults[0].Kind, ep.Faults[1].Kind) {
+					t.Errorf("seed %d: %v and %v both need the API server", seed, ep.Faults[0], ep.Faults[1])
+				}
 				if f.Kind == Partition22 && len(f.Nodes) != 2 {
 					t.Errorf("seed %d: %v: not a 2|2 split", seed, f)
 				}

@@ -46,12 +46,15 @@ const (
 	APIServerDown Kind = "apiserver-down"
 	// PacketLoss drops 30 % of the node's packets on its segment port.
 	PacketLoss Kind = "loss-30%"
+	// KeyRotation replaces the memberlist key in its Secret (instant; the
+	// speakers' rotation runs its phases for minutes after it).
+	KeyRotation Kind = "key-rotation"
 )
 
 // AllKinds is every kind the scheduler knows, in a fixed order (the seed's
 // meaning depends on it).
 var AllKinds = []Kind{CablePull, MemberlistCut, MemberlistDeaf, MemberlistMute, Partition22, Partition13,
-	SpeakerStop, SpeakerKill, NodeKill, APIServerDown, PacketLoss}
+	SpeakerStop, SpeakerKill, NodeKill, APIServerDown, PacketLoss, KeyRotation}
 
 // durations bounds each kind's length (issue 25's list where it gives one).
 // A length of 0 is an instant fault (kill -9): its window is the time the
@@ -68,6 +71,7 @@ var durations = map[Kind][2]time.Duration{
 	NodeKill:       {2 * time.Second, 20 * time.Second},
 	APIServerDown:  {10 * time.Second, 60 * time.Second},
 	PacketLoss:     {5 * time.Second, 30 * time.Second},
+	KeyRotation:    {0, 0},
 }
 
 // ParseKinds reads a comma-separated list of kinds ("" or "all": AllKinds).
@@ -185,7 +189,7 @@ func Generate(seed uint64, o Options) (Schedule, error) {
 		}
 		ep := Episode{Faults: []Fault{first}}
 		if r.Float64() < o.PairChance {
-			if second, ok := draw(r, o, nodes, workers, first.Nodes); ok && !(first.Kind == APIServerDown && second.Kind == APIServerDown) {
+			if second, ok := draw(r, o, nodes, workers, first.Nodes); ok && !apiConflict(first.Kind, second.Kind) {
 				// It starts while the first one lasts.
 				second.Start = time.Duration(r.Int64N(int64(first.Duration) + 1))
 				ep.Faults = append(ep.Faults, second)
@@ -195,6 +199,13 @@ func Generate(seed uint64, o Options) (Schedule, error) {
 		total += ep.Span() + o.Quiet
 	}
 	return s, nil
+}
+
+// apiConflict: two faults that cannot overlap because both act on the API
+// server (a key rotation writes a Secret; the API server down refuses it).
+func apiConflict(a, b Kind) bool {
+	api := func(k Kind) bool { return k == APIServerDown || k == KeyRotation }
+	return api(a) && api(b)
 }
 
 // draw picks one fault whose nodes are disjoint from busy (the nodes of the
@@ -215,7 +226,7 @@ func draw(r *rand.Rand, o Options, nodes, workers, busy []string) (Fault, bool) 
 			if len(freeWorkers) > 0 {
 				fits = append(fits, k)
 			}
-		case k == APIServerDown:
+		case k == APIServerDown || k == KeyRotation:
 			fits = append(fits, k)
 		default:
 			if len(free) > 0 {
@@ -247,7 +258,7 @@ func draw(r *rand.Rand, o Options, nodes, workers, busy []string) (Fault, bool) 
 		slices.Sort(f.Nodes)
 	case NodeKill:
 		f.Nodes = []string{freeWorkers[r.IntN(len(freeWorkers))]}
-	case APIServerDown:
+	case APIServerDown, KeyRotation:
 	default:
 		f.Nodes = []string{free[r.IntN(len(free))]}
 	}
@@ -269,7 +280,7 @@ func effects(k Kind, victims, nodes []string) (down, impaired []string) {
 		return nil, slices.Clone(nodes)
 	}
 	// SpeakerKill (restarted at once), APIServerDown, PacketLoss (30 % loss
-	// still carries traffic): nobody's data path is down.
+	// still carries traffic), KeyRotation: nobody's data path is down.
 	return nil, nil
 }
 
