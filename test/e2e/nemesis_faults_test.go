@@ -7,8 +7,13 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"strconv"
+	"strings"
+	"sync"
 	"syscall"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -50,6 +55,18 @@ type faultEnv struct {
 	// netem: the kernel has sch_netem (lossWith says what is used instead).
 	netem    bool
 	lossWith string
+
+	mu    sync.Mutex
+	notes []string // what happened besides the plan, for the report
+}
+
+// note records (and prints at once) something that happened besides the plan.
+func (fe *faultEnv) note(format string, args ...any) {
+	msg := time.Now().Format("15:04:05.000 ") + fmt.Sprintf(format, args...)
+	fmt.Fprintln(os.Stderr, "nemesis: "+msg)
+	fe.mu.Lock()
+	defer fe.mu.Unlock()
+	fe.notes = append(fe.notes, msg)
 }
 
 // apply starts fault f and returns its heal.
@@ -146,19 +163,22 @@ func mlRule(chain, proto, addrFlag, peer, tag string) []string {
 	return append(r, "-p", proto, "-m", "multiport", "--ports", strconv.Itoa(memberlistPort), "-m", "comment", "--comment", tag, "-j", "DROP")
 }
 
-// speakerStop freezes node's speaker (SIGSTOP); the heal thaws it. A speaker
-// restarted meanwhile (its old process gone) needs no thaw.
+// speakerStop freezes node's speaker (SIGSTOP); the heal thaws it. A frozen
+// speaker may be killed meanwhile (its liveness probe fails, as a kubelet's
+// would): a process that is gone needs no thaw, and its restart is awaited
+// before the next episode.
 func (fe *faultEnv) speakerStop(ctx context.Context, node string) (func(context.Context) error, error) {
 	pod := findSpeakerPod(fe.e, node)
 	if pod == nil {
 		return nil, fmt.Errorf("no speaker pod on %s", node)
 	}
+	pid := strings.TrimPrefix(containerID(pod, "speaker"), "lab://")
 	heal := func(ctx context.Context) error {
-		err := fe.h.SignalContainer(ctx, pod, "speaker", syscall.SIGCONT)
-		if now := findSpeakerPod(fe.e, node); err != nil && now != nil && containerID(now, "speaker") != containerID(pod, "speaker") {
-			return nil // restarted while frozen: nothing left to thaw
+		if _, err := os.Stat("/proc/" + pid); pid != "" && errors.Is(err, fs.ErrNotExist) {
+			fe.note("the frozen speaker on %s (pid %s) was killed before its thaw", node, pid)
+			return nil
 		}
-		return err
+		return fe.h.SignalContainer(ctx, pod, "speaker", syscall.SIGCONT)
 	}
 	return heal, fe.h.SignalContainer(ctx, pod, "speaker", syscall.SIGSTOP)
 }

@@ -210,6 +210,9 @@ func (e *Env) runNemesis(t testing.TB, defaultDur time.Duration) (nemesis.Report
 		}
 	}
 	rep := nemesis.Check(obs, nemesis.Limits{})
+	if len(fe.notes) > 0 {
+		t.Logf("besides the plan:\n  %s", strings.Join(fe.notes, "\n  "))
+	}
 	fmt.Fprintf(os.Stderr, "nemesis report (seed %d; replay: E2E_NEMESIS_SEED=%d):\n%s", sched.Seed, sched.Seed, rep)
 	t.Logf("nemesis report (seed %d):\n%s", sched.Seed, rep)
 	return rep, sched
