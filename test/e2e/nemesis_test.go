@@ -35,6 +35,8 @@ import (
 //	E2E_NEMESIS_SEED      replay a schedule (default: drawn from the clock, printed)
 //	E2E_NEMESIS_DURATION  faults and quiet times in all (TestNemesis 3m30s, BenchmarkChaos 30m)
 //	E2E_NEMESIS_FAULTS    comma-separated fault kinds (default all; nemesis.AllKinds)
+//	E2E_NEMESIS_QUIET     quiet time after each episode (default 8s; e.g. 7m to watch a key
+//	                      rotation's phases after one episode)
 const (
 	// nemesisQuiet is the time after each episode's recovery before the
 	// next: the checker's window for convergence and late moves.
@@ -112,6 +114,14 @@ func (e *Env) runNemesis(t testing.TB, defaultDur time.Duration) (nemesis.Report
 		}
 		seed = s
 	}
+	quiet := nemesisQuiet
+	if v := os.Getenv("E2E_NEMESIS_QUIET"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			t.Fatalf("E2E_NEMESIS_QUIET=%q: want a duration such as 30s", v)
+		}
+		quiet = d
+	}
 	kinds, err := nemesis.ParseKinds(os.Getenv("E2E_NEMESIS_FAULTS"))
 	if err != nil {
 		t.Fatalf("E2E_NEMESIS_FAULTS: %v", err)
@@ -119,7 +129,7 @@ func (e *Env) runNemesis(t testing.TB, defaultDur time.Duration) (nemesis.Report
 	ips := applyWalkthrough(t, e)
 	tp := e.topology(t)
 	workers := without(tp.nodes, tp.controlPlane)
-	sched, err := nemesis.Generate(seed, nemesis.Options{Nodes: tp.nodes, Workers: workers, Kinds: kinds, Duration: dur, Quiet: nemesisQuiet})
+	sched, err := nemesis.Generate(seed, nemesis.Options{Nodes: tp.nodes, Workers: workers, Kinds: kinds, Duration: dur, Quiet: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
