@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -252,7 +253,7 @@ func (fe *faultEnv) runEpisode(t testing.TB, n int, ep nemesis.Episode) []nemesi
 			}
 			if heal != nil {
 				if herr := heal(ctx); herr != nil {
-					err = fmt.Errorf("%v; healing %v: %w", err, f, herr)
+					err = errors.Join(err, fmt.Errorf("healing %v: %w", f, herr))
 				}
 			}
 			a.End = time.Now()

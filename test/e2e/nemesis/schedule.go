@@ -215,18 +215,18 @@ func draw(r *rand.Rand, o Options, nodes, workers, busy []string) (Fault, bool) 
 	freeWorkers := without(workers, busy)
 	var fits []Kind
 	for _, k := range o.Kinds {
-		switch {
-		case k == Partition22 || k == Partition13:
+		switch k {
+		case Partition22, Partition13:
 			// Rules on every node: alone, and a majority side exists to
 			// split off only with 3+ nodes.
 			if len(busy) == 0 && len(nodes) >= 3 {
 				fits = append(fits, k)
 			}
-		case k == NodeKill:
+		case NodeKill:
 			if len(freeWorkers) > 0 {
 				fits = append(fits, k)
 			}
-		case k == APIServerDown || k == KeyRotation:
+		case APIServerDown, KeyRotation:
 			fits = append(fits, k)
 		default:
 			if len(free) > 0 {
