@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ironlb/ironlb/api/v1beta1"
+	"github.com/ironlb/ironlb/internal/service"
 )
 
 // DefaultCleanupTimeout bounds how long Cleanup waits for the controller's pods to go.
@@ -171,10 +172,7 @@ func (cl *cleaner) ours(svc *corev1.Service) bool {
 	if _, ok := svc.Annotations[AnnotationAllocatedFromPool]; !ok {
 		return false
 	}
-	if svc.Spec.LoadBalancerClass == nil {
-		return cl.opts.LoadBalancerClass == ""
-	}
-	return *svc.Spec.LoadBalancerClass == cl.opts.LoadBalancerClass
+	return service.ClassMatches(svc, cl.opts.LoadBalancerClass)
 }
 
 func (cl *cleaner) releaseServices(ctx context.Context) error {
@@ -189,7 +187,7 @@ func (cl *cleaner) releaseServices(ctx context.Context) error {
 			continue
 		}
 		key := client.ObjectKeyFromObject(svc)
-		ips := ingressIPs(svc)
+		ips, _ := service.IngressIPs(svc) // for the message only
 		// Status first, annotation last: if this is interrupted, the annotation
 		// still marks the Service for the next run.
 		if len(svc.Status.LoadBalancer.Ingress) > 0 {

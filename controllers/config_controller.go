@@ -5,7 +5,6 @@ import (
 	"errors"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
@@ -14,12 +13,11 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
-	"github.com/ironlb/ironlb/api/v1beta1"
-	"github.com/ironlb/ironlb/internal/k8smetrics"
+	"github.com/ironlb/ironlb/internal/configload"
+	"github.com/ironlb/ironlb/internal/configstate"
 	"github.com/ironlb/ironlb/internal/textlimit"
 )
 
@@ -48,14 +46,9 @@ func (r *configReconciler) setup(mgr manager.Manager) error {
 	toKey := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{configKey}
 	})
-	return builder.ControllerManagedBy(mgr).
-		Named("config").
-		// Not on status updates: the pool status controller writes one with
-		// every allocation, and the configuration does not depend on it.
-		Watches(&v1beta1.IPAddressPool{}, toKey, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
-		Watches(&v1beta1.L2Advertisement{}, toKey, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		// Namespace labels feed serviceAllocation.namespaceSelectors.
-		Watches(&corev1.Namespace{}, toKey, builder.WithPredicates(predicate.LabelChangedPredicate{})).
+	// Pools, advertisements and (serviceAllocation.namespaceSelectors)
+	// Namespace labels; not pool status updates, written with every allocation.
+	return configload.Watches(builder.ControllerManagedBy(mgr).Named("config"), toKey, true).
 		// Load once at start even if no watched object exists yet, and again on
 		// becoming leader.
 		WatchesRawSource(source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
@@ -87,7 +80,7 @@ func (r *configReconciler) isLeader() bool {
 const maxLoggedProblems = 8192
 
 func (r *configReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
-	k8smetrics.Updates.Inc()
+	r.state.metrics.k8s.Updates.Inc()
 	if !r.isLeader() {
 		// Metrics only; the allocator is the leader's.
 		if _, err := r.state.check(ctx); err != nil {
@@ -96,7 +89,10 @@ func (r *configReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (
 		return reconcile.Result{}, nil
 	}
 	if err := r.state.reload(ctx); err != nil {
-		k8smetrics.UpdateErrors.Inc()
+		if !configstate.IsConfigError(err) {
+			// A refused configuration is counted once by the loader.
+			r.state.metrics.k8s.UpdateErrors.Inc()
+		}
 		// Not returned: retrying cannot fix a bad configuration; the next change
 		// of a watched object triggers a new attempt.
 		logr.FromContextOrDiscard(ctx).Error(errors.New(textlimit.Note(err.Error(), maxLoggedProblems)), "configuration refused, keeping the last valid one")

@@ -31,7 +31,7 @@ func setupConfigState(mgr manager.Manager, st *state, opts Options) error {
 		Condition:  configstate.ConditionPoolReconcilerValid,
 		LeaderOnly: true,
 		Check: func(ctx context.Context) (error, error) {
-			_, err := st.parseConfig(ctx)
+			_, err := st.check(ctx)
 			if err == nil || configstate.IsConfigError(err) {
 				return err, nil
 			}

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/ironlb/ironlb/internal/k8smetrics"
 )
@@ -13,8 +14,9 @@ import (
 // ResetConfigMetrics zeroes the process-wide config_loaded_bool and
 // config_stale_bool gauges, so a test can see one replica set them.
 func ResetConfigMetrics() {
-	k8smetrics.ConfigLoaded.Set(0)
-	k8smetrics.ConfigStale.Set(0)
+	m := k8smetrics.New(crmetrics.Registry) // the ones registered there
+	m.ConfigLoaded.Set(0)
+	m.ConfigStale.Set(0)
 }
 
 // ErrStale is writeState's report that the Service copy it was given is outdated.

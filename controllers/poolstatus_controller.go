@@ -22,7 +22,6 @@ import (
 
 	"github.com/ironlb/ironlb/api/v1beta1"
 	"github.com/ironlb/ironlb/internal/allocator"
-	"github.com/ironlb/ironlb/internal/k8smetrics"
 	"github.com/ironlb/ironlb/internal/textlimit"
 )
 
@@ -102,7 +101,7 @@ func (r *poolStatusReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 		if apierrors.IsNotFound(err) {
 			return reconcile.Result{}, nil
 		}
-		k8smetrics.UpdateErrors.Inc()
+		r.state.metrics.k8s.UpdateErrors.Inc()
 		return reconcile.Result{}, fmt.Errorf("writing status of IPAddressPool %s: %w", req, err)
 	}
 	return reconcile.Result{}, nil

@@ -216,7 +216,7 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
 
-	st := newState(log.WithName("allocator"), mgr.GetCache(), opts.Namespace, opts.LoadBalancerClass)
+	st := newState(log.WithName("allocator"), mgr.GetCache(), opts.Namespace, opts.LoadBalancerClass, newMetrics(crmetrics.Registry))
 	rec := newOnChangeRecorder(mgr.GetEventRecorder("ironlb-controller"))
 	if err := (&configReconciler{state: st, elected: mgr.Elected()}).setup(mgr); err != nil {
 		return fmt.Errorf("setting up the config controller: %w", err)

@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/ironlb/ironlb/internal/allocator"
-	"github.com/ironlb/ironlb/internal/k8smetrics"
+	"github.com/ironlb/ironlb/internal/service"
 )
 
 // serviceReconciler gives LoadBalancer Services of our class an IP and mirrors the
@@ -78,14 +78,14 @@ func (r *serviceReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	if err := r.state.waitReady(ctx); err != nil {
 		return reconcile.Result{}, err
 	}
-	k8smetrics.Updates.Inc()
+	r.state.metrics.k8s.Updates.Inc()
 	err := r.reconcile(ctx, req)
 	if errors.Is(err, errStale) {
 		logr.FromContextOrDiscard(ctx).V(1).Info("service changed since it was read; its newer version will be reconciled")
 		return reconcile.Result{}, nil
 	}
 	if err != nil {
-		k8smetrics.UpdateErrors.Inc()
+		r.state.metrics.k8s.UpdateErrors.Inc()
 	}
 	return reconcile.Result{}, err
 }
@@ -148,9 +148,9 @@ func (r *serviceReconciler) reconcile(ctx context.Context, req reconcile.Request
 	ips, pool, has := r.state.alloc.Allocation(key)
 	touched := poolsOf(prevPool, pool)
 	for _, p := range touched {
-		setPoolGauges(p, r.state.alloc.PoolStats(p))
+		r.state.metrics.setPoolGauges(p, r.state.alloc.PoolStats(p))
 	}
-	old := ingressIPs(&svc)
+	old, _ := service.IngressIPs(&svc) // entries that do not parse are rewritten
 	var withdrawn []netip.Addr
 	for _, ip := range old {
 		if !slices.Contains(ips, ip) && !r.state.inAnyPoolLocked(ip) {
@@ -209,7 +209,7 @@ func (r *serviceReconciler) release(key string) (string, bool) {
 	_, pool, had := r.state.alloc.Allocation(key)
 	if had {
 		r.state.alloc.Release(key)
-		setPoolGauges(pool, r.state.alloc.PoolStats(pool))
+		r.state.metrics.setPoolGauges(pool, r.state.alloc.PoolStats(pool))
 	}
 	r.state.mu.Unlock()
 	if had {

@@ -7,7 +7,6 @@ import (
 	"reflect"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,12 +20,13 @@ import (
 	"github.com/ironlb/ironlb/api/v1beta1"
 	"github.com/ironlb/ironlb/internal/allocator"
 	"github.com/ironlb/ironlb/internal/config"
-	"github.com/ironlb/ironlb/internal/k8smetrics"
+	"github.com/ironlb/ironlb/internal/configload"
+	"github.com/ironlb/ironlb/internal/service"
 )
 
 // AnnotationAllocatedFromPool is written on every Service the controller gave an IP,
 // naming the IPAddressPool the IP came from (MetalLB's annotation).
-const AnnotationAllocatedFromPool = allocator.AnnotationIPAllocatedFromPool
+const AnnotationAllocatedFromPool = service.AnnotationIPAllocatedFromPool
 
 // state is what the reconcilers of one controller process share: the last valid
 // configuration and the allocator built from it. The allocator is not safe for
@@ -37,6 +37,7 @@ type state struct {
 	cache     cache.Cache
 	namespace string
 	lbClass   string
+	metrics   *metrics
 
 	mu sync.Mutex
 	// alloc is nil until the first valid configuration with at least one pool,
@@ -44,6 +45,8 @@ type state struct {
 	alloc   *allocator.Allocator
 	cfg     *config.Config
 	noPools bool
+	// loader parses the configuration for check (its own lock).
+	loader configload.Loader
 	// configErr is why the newest configuration was refused ("" when it loaded);
 	// the allocator keeps running on the last good one meanwhile. poolErrs are
 	// its parts about each IPAddressPool, by pool name.
@@ -65,8 +68,10 @@ type state struct {
 	poolsChanged func(pools []string)
 }
 
-func newState(log logr.Logger, c cache.Cache, namespace, lbClass string) *state {
-	return &state{log: log, cache: c, namespace: namespace, lbClass: lbClass, ready: make(chan struct{})}
+func newState(log logr.Logger, c cache.Cache, namespace, lbClass string, m *metrics) *state {
+	s := &state{log: log, cache: c, namespace: namespace, lbClass: lbClass, metrics: m, ready: make(chan struct{})}
+	s.loader.Metrics = m.k8s
+	return s
 }
 
 // waitReady blocks until the allocator has been restored from Service status.
@@ -79,16 +84,11 @@ func (s *state) waitReady(ctx context.Context) error {
 	}
 }
 
-// handles reports whether svc is a LoadBalancer Service of our class. With no class
-// configured we handle only Services without spec.loadBalancerClass, as MetalLB does.
+// handles reports whether svc is a LoadBalancer Service of our class
+// (service.Handles: with no class configured, only Services without
+// spec.loadBalancerClass, as MetalLB does).
 func (s *state) handles(svc *corev1.Service) bool {
-	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
-		return false
-	}
-	if svc.Spec.LoadBalancerClass == nil {
-		return s.lbClass == ""
-	}
-	return *svc.Spec.LoadBalancerClass == s.lbClass
+	return service.Handles(svc, s.lbClass)
 }
 
 func (s *state) setRequeueServices(f func()) {
@@ -170,13 +170,13 @@ func (s *state) reload(ctx context.Context) error {
 	s.configErr, s.poolErrs = "", nil
 	newPools := s.poolNamesLocked()
 	for _, p := range newPools {
-		setPoolGauges(p, s.alloc.PoolStats(p))
+		s.metrics.setPoolGauges(p, s.alloc.PoolStats(p))
 	}
 	s.mu.Unlock()
 
 	for _, p := range oldPools {
 		if !slices.Contains(newPools, p) {
-			deletePoolGauges(p)
+			s.metrics.deletePoolGauges(p)
 		}
 	}
 	s.readyOnce.Do(func() { close(s.ready) })
@@ -206,7 +206,7 @@ func (s *state) loadWithoutPools(cfg *config.Config) {
 	s.configErr, s.poolErrs = "", nil
 	s.mu.Unlock()
 	for _, p := range oldPools {
-		deletePoolGauges(p)
+		s.metrics.deletePoolGauges(p)
 	}
 	s.readyOnce.Do(func() { close(s.ready) })
 	if !wasFrozen {
@@ -216,17 +216,19 @@ func (s *state) loadWithoutPools(cfg *config.Config) {
 	s.notifyPools(oldPools...)
 }
 
-// check parses the configuration in the cache and publishes the result in the
-// config_loaded_bool and config_stale_bool metrics, without applying it. Every
-// replica runs it; reload, on the leader, applies the result.
+// check loads the configuration in the cache (configload: parsed only when
+// it changed; it sets config_loaded_bool, config_stale_bool and
+// update_errors_total), without applying it. Every replica runs it; reload,
+// on the leader, applies the result.
 func (s *state) check(ctx context.Context) (*config.Config, error) {
-	cfg, err := s.parseConfig(ctx)
-	if err != nil {
-		k8smetrics.ConfigStale.Set(1)
+	// Not logged here: configReconciler logs the refusal, reload the load.
+	cfg, problem, err := s.loader.Read(ctx, logr.Discard(), s.cache, s.namespace, true)
+	switch {
+	case err != nil:
 		return nil, err
+	case problem != nil:
+		return nil, fmt.Errorf("invalid configuration: %w", problem)
 	}
-	k8smetrics.ConfigLoaded.Set(1)
-	k8smetrics.ConfigStale.Set(0)
 	return cfg, nil
 }
 
@@ -240,26 +242,6 @@ func (s *state) poolNamesLocked() []string {
 	}
 	sort.Strings(names)
 	return names
-}
-
-func (s *state) parseConfig(ctx context.Context) (*config.Config, error) {
-	var pools v1beta1.IPAddressPoolList
-	if err := s.cache.List(ctx, &pools, client.InNamespace(s.namespace)); err != nil {
-		return nil, fmt.Errorf("listing IPAddressPools in namespace %q: %w", s.namespace, err)
-	}
-	var ads v1beta1.L2AdvertisementList
-	if err := s.cache.List(ctx, &ads, client.InNamespace(s.namespace)); err != nil {
-		return nil, fmt.Errorf("listing L2Advertisements in namespace %q: %w", s.namespace, err)
-	}
-	var nss corev1.NamespaceList
-	if err := s.cache.List(ctx, &nss); err != nil {
-		return nil, fmt.Errorf("listing Namespaces: %w", err)
-	}
-	cfg, err := config.Parse(pools.Items, ads.Items, nss.Items)
-	if err != nil {
-		return nil, fmt.Errorf("invalid configuration: %w", err)
-	}
-	return cfg, nil
 }
 
 // restoreLocked builds the allocator for cfg and claims, before anything is
@@ -300,7 +282,9 @@ func (s *state) restoreLocked(ctx context.Context, cfg *config.Config) error {
 		if !s.handles(svc) {
 			continue
 		}
-		ips := ingressIPs(svc)
+		// An entry that does not parse cannot be held; the others are, so no
+		// other Service is given them. The reconcile rewrites the status.
+		ips, _ := service.IngressIPs(svc)
 		if len(ips) == 0 {
 			continue
 		}
@@ -344,30 +328,9 @@ func fallbackRequest(svc *corev1.Service, ips []netip.Addr) allocator.Request {
 	return req
 }
 
-// ingressIPs returns the parsable IPs of svc's status, in order.
-func ingressIPs(svc *corev1.Service) []netip.Addr {
-	var ips []netip.Addr
-	for _, ing := range svc.Status.LoadBalancer.Ingress {
-		if ip, err := netip.ParseAddr(strings.TrimSpace(ing.IP)); err == nil {
-			ips = append(ips, ip.Unmap())
-		}
-	}
-	return ips
-}
-
 // inAnyPoolLocked reports whether ip lies in a range of the running configuration.
 func (s *state) inAnyPoolLocked(ip netip.Addr) bool {
-	if s.cfg == nil {
-		return false
-	}
-	for _, p := range s.cfg.Pools {
-		for _, r := range p.Ranges {
-			if r.First.BitLen() == ip.BitLen() && r.First.Compare(ip) <= 0 && ip.Compare(r.Last) <= 0 {
-				return true
-			}
-		}
-	}
-	return false
+	return s.cfg.PoolFor([]netip.Addr{ip}) != ""
 }
 
 // poolObjectNames lists the IPAddressPool objects in the cache, valid or not.

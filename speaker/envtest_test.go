@@ -2,6 +2,7 @@ package speaker
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -35,6 +36,7 @@ import (
 	"github.com/ironlb/ironlb/api/v1beta1"
 	"github.com/ironlb/ironlb/internal/election"
 	"github.com/ironlb/ironlb/internal/layer2"
+	"github.com/ironlb/ironlb/internal/statusview"
 	"github.com/ironlb/ironlb/test/procstat"
 )
 
@@ -92,6 +94,12 @@ func create(t *testing.T, c client.Client, objs ...client.Object) {
 // endpoint.
 func runSpeaker(t *testing.T, cfg *rest.Config, node, ip string, port int) (stop func(), readyz string) {
 	t.Helper()
+	return runSpeakerWith(t, cfg, node, ip, port, nil)
+}
+
+// runSpeakerWith is runSpeaker with options changed by mod (nil: none).
+func runSpeakerWith(t *testing.T, cfg *rest.Config, node, ip string, port int, mod func(*Options)) (stop func(), readyz string) {
+	t.Helper()
 	healthAddr := net.JoinHostPort(ip, fmt.Sprint(freeUDPTCPPort(t, ip)))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -113,6 +121,9 @@ func runSpeaker(t *testing.T, cfg *rest.Config, node, ip string, port int) (stop
 		},
 	}
 	opts.Membership.RejoinInterval = 500 * time.Millisecond
+	if mod != nil {
+		mod(&opts)
+	}
 	go func() { done <- Run(ctx, opts) }()
 	return func() {
 		cancel()
@@ -623,4 +634,87 @@ func freeUDPTCPPort(t testing.TB, addrs ...string) int {
 	}
 	t.Fatal("no free port")
 	return 0
+}
+
+// TestRestartWithoutValidConfiguration: a speaker that restarts while the
+// configuration does not parse has none to answer with. It tells the others
+// so in its memberlist metadata, and they treat it as away (held while its
+// kernel answers, its deputy answering for it; here, where nothing can probe
+// the data path, its IP moves), instead of counting as serving a node that
+// answers nobody. `ironlb status` reports it. Once the configuration parses
+// again it answers, and nothing moves back.
+func TestRestartWithoutValidConfiguration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("envtest: skipped in -short mode")
+	}
+	cfg, c, _ := startEnv(t)
+	ctx := context.Background()
+	port := freeUDPTCPPort(t, "127.0.0.1", "127.0.0.2")
+	nodes, _, _ := seed(t, c)
+	speakers := runSpeakers(t, cfg, nodes, port)
+	winner := election.Winner(testVIP, []string{"w1", "w2"})
+	other := map[string]string{"w1": "w2", "w2": "w1"}[winner]
+	eventually(t, "one ServiceL2Status from the elected node "+winner, 60*time.Second, checkOwner(t, c, winner))
+	speakers.waitReady(t)
+
+	// What the other speaker's /status says of winner's member.
+	view := func() (statusview.Snapshot, string) {
+		url := strings.TrimSuffix(speakers.readyz[other], "/readyz") + statusview.Path
+		resp, err := http.Get(url)
+		if err != nil {
+			return statusview.Snapshot{}, err.Error()
+		}
+		defer func() { _ = resp.Body.Close() }()
+		var snap statusview.Snapshot
+		if err := json.NewDecoder(resp.Body).Decode(&snap); err != nil {
+			return snap, err.Error()
+		}
+		return snap, ""
+	}
+	member := func(notAnswering bool) func() string {
+		return func() string {
+			snap, err := view()
+			if err != "" {
+				return err
+			}
+			for _, m := range snap.Members {
+				if m.Name == winner && m.NotAnswering == notAnswering {
+					return ""
+				}
+			}
+			return fmt.Sprintf("%s's members: %+v", other, snap.Members)
+		}
+	}
+
+	// The configuration stops parsing; the running speakers keep the last
+	// valid one. Then the owner restarts: it has none.
+	overlap := &v1beta1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "overlap"},
+		Spec: v1beta1.IPAddressPoolSpec{Addresses: []string{"172.18.255.240/28"}}}
+	create(t, c, overlap)
+	speakers.stop(winner)
+	stop, restarted := runSpeaker(t, cfg, winner, nodes[winner], port)
+	defer stop()
+	eventually(t, winner+" ready, a member that says it answers for nothing", 60*time.Second, func() string {
+		if msg := readyz(restarted)(); msg != "" {
+			return msg
+		}
+		return member(true)()
+	})
+	eventually(t, other+" answers for the IP", 30*time.Second, announcedBy(other, true))
+	snap, _ := view()
+	problems := statusview.Merge(time.Now(), []statusview.Source{{Node: other, Snapshot: &snap}}).Problems
+	if !slices.ContainsFunc(problems, func(p statusview.Problem) bool { return p.Kind == statusview.ProblemNotAnswering }) {
+		t.Errorf("the status report does not show %s answering for nothing: %+v", winner, problems)
+	}
+
+	// Valid again: it answers, and nothing moves back.
+	if err := c.Delete(ctx, overlap); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, winner+" answers again", 60*time.Second, member(false))
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if msg := announcedBy(other, true)(); msg != "" {
+			t.Fatalf("after the configuration was fixed: %s", msg)
+		}
+	}
 }

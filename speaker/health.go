@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,6 +46,9 @@ const (
 	// voteRefresh: a watcher casts its standing finding into its own replica
 	// this often (its resends carry what its replica holds).
 	voteRefresh = time.Second
+	// answerCheck: how often this speaker checks whether it can answer for
+	// its IPs (it reads the configuration from its cache).
+	answerCheck = time.Second
 )
 
 // prober is what health needs from layer2.Prober.
@@ -82,6 +84,12 @@ type health struct {
 	// distrustUntil is when a stall's or failed sends' distrust ends
 	// (UnixNano).
 	distrustUntil atomic.Int64
+	// answering reports whether this speaker answers for the IPs it owns
+	// (a valid configuration); the members learn it from this member's
+	// memberlist metadata (answersMeta) and hold a member that does not, so
+	// that its deputy answers for its IPs meanwhile. nil: always. Asked
+	// every answerCheck.
+	answering func() bool
 
 	// mu guards last and addrs, which the probe loops read.
 	mu     sync.Mutex
@@ -133,6 +141,8 @@ func (h *health) run(ctx context.Context) {
 	lastPoll, lastTick, lastResend := time.Now(), time.Now(), time.Now()
 	carrier := h.carrier()
 	h.trusted.Store(true)
+	answers := true // what this member's metadata says (empty at Start: answers)
+	var lastAnswerCheck time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -161,6 +171,14 @@ func (h *health) run(ctx context.Context) {
 		}
 		lastPoll = now
 		h.updateTrust(now, carrier)
+		if h.answering != nil && now.Sub(lastAnswerCheck) >= answerCheck {
+			lastAnswerCheck = now
+			if a := h.answering(); a != answers {
+				answers = a
+				h.log.Info("telling the other speakers whether this one answers for its IPs", "answers", a)
+				h.ml.SetMeta(answersMeta(a))
+			}
+		}
 		h.poll(ctx, now)
 		h.polls.Add(1)
 		if now.Sub(lastTick) >= tickEvery {
@@ -173,6 +191,18 @@ func (h *health) run(ctx context.Context) {
 		}
 	}
 }
+
+// answersMeta is the memberlist metadata saying whether this speaker answers
+// for the IPs it owns; metaAnswers reads it. Empty metadata (a speaker of the
+// previous release) answers.
+func answersMeta(answers bool) []byte {
+	if answers {
+		return []byte{1}
+	}
+	return []byte{0}
+}
+
+func metaAnswers(meta []byte) bool { return len(meta) == 0 || meta[0] != 0 }
 
 // distrust makes this speaker distrust its own view for distrustFor from now.
 func (h *health) distrust(now time.Time) {
@@ -227,7 +257,13 @@ func (h *health) poll(ctx context.Context, now time.Time) {
 	seen := map[string]ownership.Speaker{}
 	for _, m := range h.ml.States() {
 		st := ownership.SpeakerAlive
-		if m.State == membership.StateSuspect {
+		switch {
+		case !metaAnswers(m.Meta):
+			// Alive but not answering for its IPs (starting, or no valid
+			// configuration): held like a speaker that is away, so that
+			// its deputy answers for them while its kernel delivers.
+			st = ownership.SpeakerGone
+		case m.State == membership.StateSuspect:
 			st = ownership.SpeakerSuspect
 		}
 		seen[m.Name] = st
@@ -318,9 +354,9 @@ func (h *health) probeLoop(ctx context.Context, node string) {
 		gone := h.last[node] == ownership.SpeakerGone
 		h.mu.Unlock()
 		began := time.Now()
-		p, iface, mac, reason := h.probeOnce(ctx, targets, gone)
-		if strings.HasPrefix(reason, noInterface) && hasFallback && !slices.Contains(targets, fallback) {
-			p, iface, mac, reason = h.probeOnce(ctx, []netip.Addr{fallback}, gone)
+		p, iface, mac, reason, onLink := h.probeOnce(ctx, targets, gone)
+		if !onLink && hasFallback && !slices.Contains(targets, fallback) {
+			p, iface, mac, reason, _ = h.probeOnce(ctx, []netip.Addr{fallback}, gone)
 		}
 		took := time.Since(began)
 		if ctx.Err() != nil {
@@ -369,10 +405,17 @@ func (h *health) probeLoop(ctx context.Context, node string) {
 			}
 			last, lastMAC = p, mac.String()
 		}
+		// After an unanswered round the next one starts at once: the node's
+		// other watchers must reach the same finding before its IPs move, so
+		// each watcher's own confirmation must not wait out a pause.
+		pause := probeEvery
+		if misses > 0 && misses < missedRounds {
+			pause = 0
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(probeEvery):
+		case <-time.After(pause):
 		}
 	}
 }
@@ -430,11 +473,11 @@ func silenceVerdict(misses int, gone bool, scoreAnswered int, took time.Duration
 // noInterface is probeOnce's reason when no target is on-link anywhere.
 const noInterface = "no on-link interface"
 
-// probeOnce asks whether node answers on any of targets. Without an on-link
-// interface to ask on (no target is on any announcing interface's subnet)
-// the data path cannot be judged, and memberlist's verdict stands: down once
-// the speaker is declared gone, as in MetalLB.
-func (h *health) probeOnce(ctx context.Context, targets []netip.Addr, gone bool) (ownership.Path, string, net.HardwareAddr, string) {
+// probeOnce asks whether node answers on any of targets, and says why, and
+// whether any target is on-link on an announcing interface at all. Without
+// one to ask on the data path cannot be judged, and memberlist's verdict
+// stands: down once the speaker is declared gone, as in MetalLB.
+func (h *health) probeOnce(ctx context.Context, targets []netip.Addr, gone bool) (p ownership.Path, iface string, mac net.HardwareAddr, reason string, onLink bool) {
 	// Every target at once: a dual-stack node has an address per family, and
 	// asking them one after the other would make a dead node's round the sum
 	// of their timeouts (the lab's failover gap grew from 0.55 to 0.82 s).
@@ -452,22 +495,21 @@ func (h *health) probeOnce(ctx context.Context, targets []netip.Addr, gone bool)
 	for range targets {
 		r := <-ch
 		if r.res.Reachable {
-			return ownership.PathUp, r.res.Interface, r.res.MAC, "answered on " + targets[r.i].String()
+			return ownership.PathUp, r.res.Interface, r.res.MAC, "answered on " + targets[r.i].String(), true
 		}
 		results[r.i] = r.res
 	}
-	judged := false
-	reason := noInterface
+	reason = noInterface
 	for i, res := range results { // in target order, so the reason does not depend on timing
 		if res.Reason != layer2.ProbeNoInterface {
-			judged, reason = true, res.Reason+" on "+targets[i].String()
+			onLink, reason = true, res.Why()+" on "+targets[i].String()
 		}
 	}
 	switch {
-	case judged:
-		return ownership.PathDown, "", nil, reason
+	case onLink:
+		return ownership.PathDown, "", nil, reason, true
 	case gone:
-		return ownership.PathDown, "", nil, noInterface + "; memberlist says gone"
+		return ownership.PathDown, "", nil, noInterface + "; memberlist says gone", false
 	}
-	return ownership.PathUnknown, "", nil, noInterface
+	return ownership.PathUnknown, "", nil, noInterface, false
 }

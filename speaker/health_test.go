@@ -38,7 +38,7 @@ func TestProbeOnceAsksEveryFamilyAtOnce(t *testing.T) {
 	// the deadline and report the node unreachable.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p, iface, gotMAC, reason := h.probeOnce(ctx, []netip.Addr{v4, v6}, false)
+	p, iface, gotMAC, reason, _ := h.probeOnce(ctx, []netip.Addr{v4, v6}, false)
 	if p != ownership.PathUp || iface != "eth0" || gotMAC.String() != mac.String() || !strings.Contains(reason, v6.String()) {
 		t.Fatalf("probeOnce = %v %q %v %q, want up on eth0 with %v, answered on %v", p, iface, gotMAC, reason, mac, v6)
 	}
@@ -51,16 +51,17 @@ func TestProbeOnceAsksEveryFamilyAtOnce(t *testing.T) {
 		v6: {Reason: layer2.ProbeNoInterface},
 	}
 	for range 20 {
-		p, _, _, reason = h.probeOnce(ctx, []netip.Addr{v4, v6}, false)
-		if p != ownership.PathDown || reason != layer2.ProbeNoAnswer+" on "+v4.String() {
+		var onLink bool
+		p, _, _, reason, onLink = h.probeOnce(ctx, []netip.Addr{v4, v6}, false)
+		if p != ownership.PathDown || !onLink || reason != layer2.ProbeNoAnswer.String()+" on "+v4.String() {
 			t.Fatalf("probeOnce = %v %q, want down, %s on %s", p, reason, layer2.ProbeNoAnswer, v4)
 		}
 	}
 	h.prober = fakeProber{v4: {Reason: layer2.ProbeNoInterface}, v6: {Reason: layer2.ProbeNoInterface}}
-	if p, _, _, reason = h.probeOnce(ctx, []netip.Addr{v4, v6}, false); p != ownership.PathUnknown || reason != noInterface {
+	if p, _, _, reason, onLink := h.probeOnce(ctx, []netip.Addr{v4, v6}, false); p != ownership.PathUnknown || onLink || reason != noInterface {
 		t.Errorf("no on-link target: %v %q, want unknown, %q", p, reason, noInterface)
 	}
-	if p, _, _, _ = h.probeOnce(ctx, []netip.Addr{v4, v6}, true); p != ownership.PathDown {
+	if p, _, _, _, _ = h.probeOnce(ctx, []netip.Addr{v4, v6}, true); p != ownership.PathDown {
 		t.Errorf("no on-link target, memberlist says gone: %v, want down", p)
 	}
 }

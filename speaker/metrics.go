@@ -1,14 +1,15 @@
 package speaker
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ironlb/ironlb/internal/k8smetrics"
 	"github.com/ironlb/ironlb/internal/ownership"
 )
 
 type metrics struct {
+	// k8s are the metallb_k8s_client_* series, shared with the controller.
+	k8s          *k8smetrics.Metrics
 	announced    *prometheus.GaugeVec
 	members      prometheus.Gauge
 	ownerChanges *prometheus.CounterVec
@@ -31,6 +32,7 @@ func boolGauge(b bool) float64 {
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
+		k8s: k8smetrics.New(reg),
 		announced: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "metallb", Subsystem: "speaker", Name: "announced",
 			Help: "Services being announced from this node. This is desired state, it does not guarantee that the routing protocols have converged.",
@@ -90,29 +92,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.dropped.WithLabelValues(r)
 	}
 	if reg != nil {
-		register(reg, &m.announced)
-		register(reg, &m.members)
-		register(reg, &m.ownerChanges)
-		register(reg, &m.ownedMax)
-		register(reg, &m.ownedMin)
-		register(reg, &m.heldNodes)
-		register(reg, &m.proxied)
-		register(reg, &m.quorum)
-		register(reg, &m.acting)
-		register(reg, &m.knownMembers)
-		register(reg, &m.dropped)
+		k8smetrics.Register(reg, &m.announced)
+		k8smetrics.Register(reg, &m.members)
+		k8smetrics.Register(reg, &m.ownerChanges)
+		k8smetrics.Register(reg, &m.ownedMax)
+		k8smetrics.Register(reg, &m.ownedMin)
+		k8smetrics.Register(reg, &m.heldNodes)
+		k8smetrics.Register(reg, &m.proxied)
+		k8smetrics.Register(reg, &m.quorum)
+		k8smetrics.Register(reg, &m.acting)
+		k8smetrics.Register(reg, &m.knownMembers)
+		k8smetrics.Register(reg, &m.dropped)
 	}
 	return m
-}
-
-// register registers *c; when a collector of that name exists already (a
-// second speaker in one test process), *c becomes the existing one.
-func register[C prometheus.Collector](reg prometheus.Registerer, c *C) {
-	if err := reg.Register(*c); err != nil {
-		if are := (prometheus.AlreadyRegisteredError{}); errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				*c = existing
-			}
-		}
-	}
 }

@@ -87,18 +87,6 @@ type owners struct {
 	proxyDirty  bool
 	lastSweep   time.Time
 	started     bool // the first decision after sync is done: events from now on
-	// assigned are keys a transition gave to this node in the current call:
-	// starting to announce them is a nodeAssigned event even at start-up.
-	assigned map[string]bool
-	events   []func()
-	// pending are the announcer changes of the current call, applied as
-	// one batch (layer2.Announcer.Apply) once every key is decided: a
-	// takeover of hundreds of Services swaps the responders' sets once.
-	pending []layer2.BalancerUpdate
-	// checks are the Services newly announced in the current call, whose
-	// interfaces and kernel ARP settings are checked after the call, off
-	// the announcement's path.
-	checks []announceCheck
 	// changes are the last changeHistory owner changes, a ring whose
 	// oldest entry is changeNext once full (`ironlb status`).
 	changes    []statusview.Change
@@ -123,33 +111,42 @@ func newOwners(log logr.Logger, self string, opts ownership.Options, ann announc
 	}
 }
 
-// do runs fn under the lock, applies the changes it returns, then emits the
-// events collected and checks the Services newly announced (outside the
-// lock: recording may block on a full buffer, and the checks read the
-// node's links and addresses).
-func (o *owners) do(fn func() []ownership.Change) {
-	o.mu.Lock()
-	o.applyLocked(fn()) // flushes the announcer changes fn queued too
-	evs, checks := o.events, o.checks
-	o.events, o.checks = nil, nil
-	o.mu.Unlock()
-	for _, e := range evs {
-		e()
-	}
-	o.checkAnnounced(checks)
+// scope is what one call of the ownership layer decides besides the claims:
+// a value built by that call alone, never kept on owners between calls.
+type scope struct {
+	// assigned are keys a transition of this call gave to this node:
+	// starting to announce them is a nodeAssigned event even at start-up.
+	assigned map[string]bool
+	// updates are the announcer changes, applied as one batch
+	// (layer2.Announcer.Apply) once every key is decided: a takeover of
+	// hundreds of Services swaps the responders' sets once.
+	updates []layer2.BalancerUpdate
+	// events are recorded after the call, outside the lock (recording may
+	// block on a full buffer).
+	events []func()
+	// checks are the Services newly announced, whose interfaces and kernel
+	// ARP settings are checked after the call, off the announcement's path
+	// (they read the node's links and addresses).
+	checks []announceCheck
 }
 
-// flushLocked hands the announcer the changes queued so far, as one batch.
-func (o *owners) flushLocked() {
-	if len(o.pending) > 0 {
-		o.ann.Apply(o.pending)
-		o.pending = nil
+// do runs fn under the lock with a fresh scope, applies the changes it
+// returns (the announcer gets the scope's updates as one batch), then, out
+// of the lock, emits the scope's events and runs its checks.
+func (o *owners) do(fn func(sc *scope) []ownership.Change) {
+	sc := &scope{assigned: map[string]bool{}}
+	o.mu.Lock()
+	o.applyLocked(sc, fn(sc))
+	o.mu.Unlock()
+	for _, e := range sc.events {
+		e()
 	}
+	o.checkAnnounced(sc.checks)
 }
 
 // SetService records a Service's input (nil ref: deleted).
 func (o *owners) SetService(svc string, in Input, ref *corev1.Service) {
-	o.do(func() []ownership.Change {
+	o.do(func(sc *scope) []ownership.Change {
 		var oldKey string
 		if old := o.services[svc]; old != nil {
 			oldKey = old.in.Key()
@@ -179,16 +176,16 @@ func (o *owners) SetService(svc string, in Input, ref *corev1.Service) {
 			if len(o.byKey[oldKey]) == 0 {
 				delete(o.byKey, oldKey)
 			}
-			changes = append(changes, o.updateKeyLocked(oldKey)...)
+			changes = append(changes, o.updateKeyLocked(sc, oldKey)...)
 		}
 		if newKey != "" {
 			if o.byKey[newKey] == nil {
 				o.byKey[newKey] = map[string]struct{}{}
 			}
 			o.byKey[newKey][svc] = struct{}{}
-			changes = append(changes, o.updateKeyLocked(newKey)...)
+			changes = append(changes, o.updateKeyLocked(sc, newKey)...)
 		}
-		o.refreshServiceLocked(svc)
+		o.refreshServiceLocked(sc, svc)
 		return changes
 	})
 }
@@ -198,7 +195,7 @@ func (o *owners) SetService(svc string, in Input, ref *corev1.Service) {
 // requires it), each with the lowest score those Services give it (equal
 // too: Services sharing an IP cannot be told apart by serviceSelectors), or
 // deactivates the key when none is announceable.
-func (o *owners) updateKeyLocked(key string) []ownership.Change {
+func (o *owners) updateKeyLocked(sc *scope, key string) []ownership.Change {
 	var elig *ownership.NodeSet
 	for svc := range o.byKey[key] {
 		e := o.services[svc]
@@ -213,7 +210,7 @@ func (o *owners) updateKeyLocked(key string) []ownership.Change {
 	}
 	if elig == nil {
 		o.eng.DeleteKey(key)
-		o.refreshKeyLocked(key)
+		o.refreshKeyLocked(sc, key)
 		return nil
 	}
 	if o.ownerHeldLocked(key) {
@@ -229,11 +226,10 @@ func (o *owners) ownerHeldLocked(key string) bool {
 
 // applyLocked reports changes (log, metric, gossip) and brings the announcer
 // in step for the keys they touch.
-func (o *owners) applyLocked(changes []ownership.Change) {
-	o.assigned = map[string]bool{}
+func (o *owners) applyLocked(sc *scope, changes []ownership.Change) {
 	for _, ch := range changes {
 		if ch.To == o.self && ch.From != o.self && ch.Reason != ownership.ReasonLearned {
-			o.assigned[ch.Key] = true
+			sc.assigned[ch.Key] = true
 		}
 	}
 	// Answer first: the announcer gets every key's change in one batch
@@ -243,12 +239,14 @@ func (o *owners) applyLocked(changes []ownership.Change) {
 		if o.eng.Held(ch.From) || o.eng.Held(ch.To) {
 			o.proxyDirty = true
 		}
-		o.refreshKeyLocked(ch.Key)
+		o.refreshKeyLocked(sc, ch.Key)
 	}
 	if o.proxyDirty {
 		o.refreshProxiesLocked()
 	}
-	o.flushLocked()
+	if len(sc.updates) > 0 {
+		o.ann.Apply(sc.updates)
+	}
 	var mine []ownership.Claim
 	now := time.Now()
 	for _, g := range groupChanges(changes) {
@@ -289,15 +287,15 @@ func (o *owners) servicesOfLocked(key string) []string {
 	return out
 }
 
-func (o *owners) refreshKeyLocked(key string) {
+func (o *owners) refreshKeyLocked(sc *scope, key string) {
 	for svc := range o.byKey[key] {
-		o.refreshServiceLocked(svc)
+		o.refreshServiceLocked(sc, svc)
 	}
 }
 
 // refreshServiceLocked makes the announcer, metrics and logs match what this
 // node should do for svc, and queues its status when that changed.
-func (o *owners) refreshServiceLocked(svc string) {
+func (o *owners) refreshServiceLocked(sc *scope, svc string) {
 	e := o.services[svc]
 	prev, had := o.announced[svc]
 	want := false
@@ -310,7 +308,7 @@ func (o *owners) refreshServiceLocked(svc string) {
 	o.logUnannouncedLocked(svc, e)
 	if !want {
 		if had {
-			o.pending = append(o.pending, layer2.BalancerUpdate{Name: svc, Delete: true})
+			sc.updates = append(sc.updates, layer2.BalancerUpdate{Name: svc, Delete: true})
 			o.setAnnouncedMetric(svc, prev.ips, nil)
 			delete(o.announced, svc)
 			reason := string(election.ReasonNotOwner)
@@ -333,23 +331,23 @@ func (o *owners) refreshServiceLocked(svc string) {
 	if had && prev.equal(next) {
 		return
 	}
-	o.pending = append(o.pending, layer2.BalancerUpdate{Name: svc, IPs: next.ips, Interfaces: next.interfaces})
+	sc.updates = append(sc.updates, layer2.BalancerUpdate{Name: svc, IPs: next.ips, Interfaces: next.interfaces})
 	o.announced[svc] = next
 	o.setAnnouncedMetric(svc, prev.ips, next.ips)
 	o.log.V(1).Info("serviceAnnounced", "service", svc, "ips", next.ips, "pool", e.in.Pool, "interfaces", next.interfaces)
 	o.status(svc)
-	if had || (!o.started && !o.assigned[e.in.Key()]) {
+	if had || (!o.started && !sc.assigned[e.in.Key()]) {
 		// A restarted speaker resuming the IPs it owned assigns nothing;
 		// a transition to this node, or any new announcement once
 		// started, does.
 		return
 	}
 	ref := e.ref
-	o.events = append(o.events, func() {
+	sc.events = append(sc.events, func() {
 		o.recorder.Eventf(ref, nil, corev1.EventTypeNormal, EventNodeAssigned, "Announce",
 			"announcing from node %q with protocol %q", o.self, Protocol)
 	})
-	o.checks = append(o.checks, announceCheck{svc: svc, ref: ref, announced: next})
+	sc.checks = append(sc.checks, announceCheck{svc: svc, ref: ref, announced: next})
 }
 
 // announceCheck is a Service newly announced from this node.
@@ -508,7 +506,7 @@ func macsEqual(a, b map[string]net.HardwareAddr) bool {
 
 // SetSpeaker records a member's liveness.
 func (o *owners) SetSpeaker(node string, s ownership.Speaker, now time.Time) {
-	o.do(func() []ownership.Change {
+	o.do(func(sc *scope) []ownership.Change {
 		o.proxyDirty = true
 		return o.eng.SetSpeaker(node, s, now)
 	})
@@ -520,7 +518,7 @@ func (o *owners) SetSpeaker(node string, s ownership.Speaker, now time.Time) {
 // PathUp: what a deputy answers with.
 func (o *owners) Vote(v ownership.Vote, iface string, mac net.HardwareAddr) ownership.VoteResult {
 	var res ownership.VoteResult
-	o.do(func() []ownership.Change {
+	o.do(func(sc *scope) []ownership.Change {
 		if v.Path == ownership.PathUp && iface != "" && len(mac) == 6 && o.macs[v.Node][iface].String() != mac.String() {
 			// A new map, not an update in place: the proxy entries applied
 			// keep the old one, to see that the MACs changed.
@@ -542,13 +540,13 @@ func (o *owners) Vote(v ownership.Vote, iface string, mac net.HardwareAddr) owne
 // SetTrusted says whether this speaker trusts its own view (health: carrier,
 // stalls); while it does not, it learns but decides nothing.
 func (o *owners) SetTrusted(ok bool) {
-	o.do(func() []ownership.Change { return o.eng.SetTrusted(ok) })
+	o.do(func(sc *scope) []ownership.Change { return o.eng.SetTrusted(ok) })
 }
 
 // Forget removes a node whose Node object was deleted from the membership
 // the quorum counts.
 func (o *owners) Forget(node string) {
-	o.do(func() []ownership.Change { return o.eng.Forget(node) })
+	o.do(func(sc *scope) []ownership.Change { return o.eng.Forget(node) })
 }
 
 // VotesBy returns the votes watcher cast that this replica holds.
@@ -560,7 +558,7 @@ func (o *owners) VotesBy(watcher string) []ownership.Vote {
 
 // Tick advances the clock (hold expiry) and refreshes the gauges.
 func (o *owners) Tick(now time.Time) {
-	o.do(func() []ownership.Change {
+	o.do(func(sc *scope) []ownership.Change {
 		changes := o.eng.Tick(now)
 		if len(changes) > 0 {
 			o.proxyDirty = true
@@ -627,7 +625,7 @@ func (o *owners) Merge(claims []ownership.Claim) {
 	if len(claims) == 0 {
 		return
 	}
-	o.do(func() []ownership.Change {
+	o.do(func(sc *scope) []ownership.Change {
 		o.proxyDirty = true
 		return o.eng.Merge(claims)
 	})
@@ -655,7 +653,7 @@ func (o *owners) MergeVotes(votes []ownership.Vote) map[ownership.VoteResult]int
 		return out
 	}
 	now := time.Now()
-	o.do(func() []ownership.Change {
+	o.do(func(sc *scope) []ownership.Change {
 		o.proxyDirty = true
 		var changes []ownership.Change
 		for _, v := range votes {
@@ -672,7 +670,7 @@ func (o *owners) MergeVotes(votes []ownership.Vote) map[ownership.VoteResult]int
 // by Service; they become epoch-0 claims, so any claim learned from a peer
 // wins over them.
 func (o *owners) Sync(now time.Time, seeds map[string]string) {
-	o.do(func() []ownership.Change {
+	o.do(func(sc *scope) []ownership.Change {
 		var claims []ownership.Claim
 		for svc, node := range seeds {
 			if e := o.services[svc]; e != nil && e.in.Key() != "" {
@@ -687,15 +685,14 @@ func (o *owners) Sync(now time.Time, seeds map[string]string) {
 	// named this node (a restart resumes; nothing was assigned). A key a peer
 	// placed here before this speaker synced (learned, not a transition of
 	// its own) is a new assignment all the same: its event is due.
-	o.do(func() []ownership.Change {
-		o.assigned = map[string]bool{}
+	o.do(func(sc *scope) []ownership.Change {
 		for svc, e := range o.services {
 			if c, ok := o.eng.Claim(e.in.Key()); ok && c.Owner == o.self && seeds[svc] != o.self {
-				o.assigned[e.in.Key()] = true
+				sc.assigned[e.in.Key()] = true
 			}
 		}
 		for svc := range o.services {
-			o.refreshServiceLocked(svc)
+			o.refreshServiceLocked(sc, svc)
 		}
 		o.proxyDirty = true
 		o.started = true

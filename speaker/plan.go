@@ -10,6 +10,7 @@ import (
 	"github.com/ironlb/ironlb/api/v1beta1"
 	"github.com/ironlb/ironlb/internal/config"
 	"github.com/ironlb/ironlb/internal/election"
+	"github.com/ironlb/ironlb/internal/service"
 )
 
 // Withdrawal reasons before the election runs (MetalLB's spelling, logged as
@@ -111,17 +112,20 @@ func electionInput(s Snapshot, svc *corev1.Service, eps []*discoveryv1.EndpointS
 	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
 		return Input{Reason: ReasonNotLoadBalancer}, election.Input{}
 	}
-	if !ClassMatches(svc, s.LoadBalancerClass) {
+	if !service.ClassMatches(svc, s.LoadBalancerClass) {
 		return Input{Reason: ReasonOtherClass}, election.Input{}
 	}
-	ips, reason := ServiceIPs(svc)
-	if reason != "" {
-		return Input{Reason: reason}, election.Input{}
+	ips, err := service.IngressIPs(svc)
+	switch {
+	case err != nil:
+		return Input{Reason: ReasonInvalidIP}, election.Input{}
+	case len(ips) == 0:
+		return Input{Reason: ReasonNoIPAllocated}, election.Input{}
 	}
 	if s.Config == nil {
 		return Input{IPs: ips, Reason: ReasonNoConfig}, election.Input{}
 	}
-	pool := PoolFor(s.Config, ips)
+	pool := s.Config.PoolFor(ips)
 	if pool == "" {
 		return Input{IPs: ips, Reason: ReasonIPNotAllowed}, election.Input{}
 	}
@@ -133,64 +137,6 @@ func electionInput(s Snapshot, svc *corev1.Service, eps []*discoveryv1.EndpointS
 		EndpointSlices:  eps,
 		IgnoreExcludeLB: s.IgnoreExcludeLB,
 	}
-}
-
-// ClassMatches applies MetalLB's loadBalancerClass filter.
-func ClassMatches(svc *corev1.Service, class string) bool {
-	if class == "" {
-		return svc.Spec.LoadBalancerClass == nil
-	}
-	return svc.Spec.LoadBalancerClass != nil && *svc.Spec.LoadBalancerClass == class
-}
-
-// ServiceIPs returns the Service's ingress IPs in status order, or a reason
-// when there are none or one does not parse.
-func ServiceIPs(svc *corev1.Service) ([]netip.Addr, string) {
-	var ips []netip.Addr
-	for _, ing := range svc.Status.LoadBalancer.Ingress {
-		if ing.IP == "" {
-			continue
-		}
-		ip, err := netip.ParseAddr(ing.IP)
-		if err != nil || ip.Zone() != "" {
-			return nil, ReasonInvalidIP
-		}
-		ip = ip.Unmap()
-		if !slices.Contains(ips, ip) {
-			ips = append(ips, ip)
-		}
-	}
-	if len(ips) == 0 {
-		return nil, ReasonNoIPAllocated
-	}
-	return ips, ""
-}
-
-// PoolFor returns the pool that contains every one of ips, "" if none does.
-// Pools never overlap (config.Parse rejects it), so the answer is unique.
-func PoolFor(cfg *config.Config, ips []netip.Addr) string {
-	names := make([]string, 0, len(cfg.Pools))
-	for name := range cfg.Pools {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		p := cfg.Pools[name]
-		if p == nil {
-			continue
-		}
-		all := true
-		for _, ip := range ips {
-			if !slices.ContainsFunc(p.Ranges, func(r config.Range) bool { return r.Contains(ip) }) {
-				all = false
-				break
-			}
-		}
-		if all {
-			return name
-		}
-	}
-	return ""
 }
 
 // StatusPlan is what to do with the ServiceL2Status objects of one Service.

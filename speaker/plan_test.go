@@ -168,24 +168,6 @@ func TestInputs(t *testing.T) {
 	})
 }
 
-func TestPoolFor(t *testing.T) {
-	cfg := mustParse(t, []v1beta1.IPAddressPool{pool("a", "10.0.0.0/24"), pool("b", "10.0.1.0/24", "fd00::/120")}, nil)
-	ip := netip.MustParseAddr
-	for _, tc := range []struct {
-		ips  []netip.Addr
-		want string
-	}{
-		{[]netip.Addr{ip("10.0.0.7")}, "a"},
-		{[]netip.Addr{ip("10.0.1.7"), ip("fd00::7")}, "b"},
-		{[]netip.Addr{ip("10.0.0.7"), ip("fd00::7")}, ""}, // split across pools: none holds both
-		{[]netip.Addr{ip("10.0.2.1")}, ""},
-	} {
-		if got := PoolFor(cfg, tc.ips); got != tc.want {
-			t.Errorf("PoolFor(%v) = %q, want %q", tc.ips, got, tc.want)
-		}
-	}
-}
-
 func st(name, node string, age time.Duration) *v1beta1.ServiceL2Status {
 	return &v1beta1.ServiceL2Status{
 		ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(time.Unix(1000, 0).Add(-age)),

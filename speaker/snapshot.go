@@ -9,11 +9,13 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ironlb/ironlb/internal/election"
+	"github.com/ironlb/ironlb/internal/layer2"
 	"github.com/ironlb/ironlb/internal/membership"
 	"github.com/ironlb/ironlb/internal/ownership"
 	"github.com/ironlb/ironlb/internal/statusview"
@@ -51,11 +53,12 @@ type serviceView struct {
 
 // ownersView is the part of a snapshot the ownership layer holds.
 type ownersView struct {
-	synced   bool
-	services []serviceView
-	nodes    []statusview.Node
-	proxies  []statusview.Proxy
-	changes  []statusview.Change
+	synced, quorum, acting bool
+	known                  int // members the quorum counts
+	services               []serviceView
+	nodes                  []statusview.Node
+	proxies                []statusview.Proxy
+	changes                []statusview.Change
 }
 
 // view copies out, under the lock, what a snapshot shows of the Services
@@ -65,7 +68,8 @@ type ownersView struct {
 func (o *owners) view(f statusview.Filter) ownersView {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	v := ownersView{synced: o.eng.Synced()}
+	v := ownersView{synced: o.eng.Synced(), quorum: o.eng.Quorum(), acting: o.eng.Acting()}
+	v.known, _ = o.eng.Members()
 	for name, e := range o.services {
 		if f.Service != "" && f.Service != name {
 			continue
@@ -88,6 +92,12 @@ func (o *owners) view(f statusview.Filter) ownersView {
 		nd := statusview.Node{Name: n, Speaker: sp.String(), Path: path.String(), Held: o.eng.Held(n), Owned: o.eng.Load(n)}
 		if nd.Held {
 			nd.Deputy = o.eng.Deputy(n)
+		}
+		for w, p := range o.eng.Votes(n) {
+			if nd.Votes == nil {
+				nd.Votes = map[string]string{}
+			}
+			nd.Votes[w] = p.String()
 		}
 		v.nodes = append(v.nodes, nd)
 	}
@@ -112,7 +122,17 @@ type statusSource struct {
 	// exclusions returns, by Service, why the configuration leaves out
 	// the nodes that may not announce it (the speaker's cache).
 	exclusions func(ctx context.Context, services []string) map[string]map[string]string
+	// survey asks the segment who answers for an address
+	// (layer2.Prober.Survey); nil: the segment is not asked.
+	survey func(ctx context.Context, addr netip.Addr, window time.Duration) ([]layer2.SurveyAnswer, layer2.ProbeReason, error)
 }
+
+// Segment survey: surveyWindow is how long answers are collected after the
+// last probe, surveyParallel how many addresses are asked at once.
+const (
+	surveyWindow   = 100 * time.Millisecond
+	surveyParallel = 32
+)
 
 // Snapshot returns what this speaker sees of the Services f selects.
 func (s *statusSource) Snapshot(ctx context.Context, f statusview.Filter) statusview.Snapshot {
@@ -120,6 +140,7 @@ func (s *statusSource) Snapshot(ctx context.Context, f statusview.Filter) status
 	snap := statusview.Snapshot{
 		SchemaVersion: statusview.SchemaVersion, Node: s.self, Time: time.Now().UTC(), Synced: v.synced,
 		Memberlist: s.ml != nil, Nodes: v.nodes, Interfaces: s.ann.Interfaces(), Services: []statusview.Service{},
+		Quorum: v.quorum, Acting: v.acting, KnownMembers: v.known,
 	}
 	if s.ml != nil {
 		snap.HealthScore = s.ml.HealthScore()
@@ -128,7 +149,7 @@ func (s *statusSource) Snapshot(ctx context.Context, f statusview.Filter) status
 			if m.State == membership.StateSuspect {
 				st = statusview.SpeakerSuspect
 			}
-			snap.Members = append(snap.Members, statusview.Member{Name: m.Name, Addr: m.Addr, State: st})
+			snap.Members = append(snap.Members, statusview.Member{Name: m.Name, Addr: m.Addr, State: st, NotAnswering: !metaAnswers(m.Meta)})
 		}
 	}
 	names := make([]string, 0, len(v.services))
@@ -148,11 +169,66 @@ func (s *statusSource) Snapshot(ctx context.Context, f statusview.Filter) status
 	slices.SortFunc(v.proxies, func(a, b statusview.Proxy) int { return strings.Compare(a.Node, b.Node) })
 	snap.Proxies = v.proxies
 	for _, c := range v.changes {
-		if (f == statusview.Filter{}) || keys[c.Key] {
+		if (f.Service == "" && f.IP == "") || keys[c.Key] {
 			snap.Changes = append(snap.Changes, c)
 		}
 	}
+	if f.Segment && s.survey != nil {
+		s.surveySegment(ctx, &snap)
+	}
 	return snap
+}
+
+// surveySegment asks the segment who answers for each IP this node
+// announces (at most statusview.MaxSurvey, in name order) and reports
+// another host answering as the Service's Conflict: this node's own
+// responder does not answer its own probes, so any answer is someone else,
+// another speaker included (the status then exits non-zero even when the
+// speakers agree with each other). A held node's deputy answering with the
+// held node's MAC does not announce, and is not asked about.
+func (s *statusSource) surveySegment(ctx context.Context, snap *statusview.Snapshot) {
+	type target struct {
+		svc int
+		ip  netip.Addr
+	}
+	var targets []target
+	for i, sv := range snap.Services {
+		if !sv.Announcing {
+			continue
+		}
+		for _, ip := range sv.IPs {
+			if a, err := netip.ParseAddr(ip); err == nil {
+				targets = append(targets, target{i, a})
+			}
+		}
+	}
+	if n := len(targets) - statusview.MaxSurvey; n > 0 {
+		snap.Unsurveyed = n
+		targets = targets[:statusview.MaxSurvey]
+	}
+	snap.Surveyed = len(targets)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, surveyParallel)
+	now := time.Now().UTC()
+	for _, tg := range targets {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			answers, _, _ := s.survey(ctx, tg.ip, surveyWindow)
+			if len(answers) == 0 {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if snap.Services[tg.svc].Conflict == nil {
+				a := answers[0]
+				snap.Services[tg.svc].Conflict = &statusview.Conflict{IP: tg.ip.String(), MAC: a.MAC.String(), Interface: a.Interface, Last: now}
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // service turns one Service's view into its snapshot entry.
@@ -175,7 +251,7 @@ func (s *statusSource) service(sv serviceView, have []string, excluded map[strin
 	}
 	if in.Self {
 		out.AllInterfaces, out.Interfaces = in.AllInterfaces, in.Interfaces
-		// As checkInterfacesLocked: an announcer that lists no interface
+		// As owners.checkAnnounced: an announcer that lists no interface
 		// yet (still scanning) is not taken for one that lacks them.
 		out.MissingInterfaces = !in.AllInterfaces && len(have) > 0 &&
 			!slices.ContainsFunc(in.Interfaces, func(i string) bool { return slices.Contains(have, i) })
@@ -199,7 +275,7 @@ func (s *statusSource) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the status snapshot is served to loopback clients only (run `ironlb status --local` in the speaker's container)", http.StatusForbidden)
 		return
 	}
-	f := statusview.Filter{Service: r.URL.Query().Get("service")}
+	f := statusview.Filter{Service: r.URL.Query().Get("service"), Segment: r.URL.Query().Get("segment") == "1"}
 	if ip := r.URL.Query().Get("ip"); ip != "" {
 		a, err := netip.ParseAddr(ip)
 		if err != nil {

@@ -351,3 +351,43 @@ func TestSnapshotCandidatesFollowPreferences(t *testing.T) {
 		t.Errorf("owner %s, want the preferred %s", svc.Owner, preferred)
 	}
 }
+
+// Asked to (Filter.Segment), a speaker asks the segment who answers for the
+// IPs it announces, and another host answering is the Service's conflict,
+// which the merged report counts as a problem; without Segment nothing is
+// asked.
+func TestSnapshotSegmentSurvey(t *testing.T) {
+	o, ann := testOwners(t, "w1", logr.Discard(), "w1")
+	o.SetService("ns1/mine", input("172.18.254.15", "w1"), lbService("172.18.254.15"))
+	o.SetService("ns1/quiet", input("172.18.254.16", "w1"), lbService("172.18.254.16"))
+	st := statusOf(o, ann)
+	var mu sync.Mutex
+	var asked []string
+	st.survey = func(_ context.Context, addr netip.Addr, _ time.Duration) ([]layer2.SurveyAnswer, layer2.ProbeReason, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		asked = append(asked, addr.String())
+		if addr.String() == "172.18.254.15" {
+			return []layer2.SurveyAnswer{{Interface: "eth0", MAC: net.HardwareAddr{2, 0, 0, 0, 0, 0x77}}}, layer2.ProbeAnswered, nil
+		}
+		return nil, layer2.ProbeAnswered, nil
+	}
+	if s := st.Snapshot(context.Background(), statusview.Filter{}); len(asked) != 0 || s.Surveyed != 0 {
+		t.Fatalf("asked the segment without Segment: %v", asked)
+	}
+	s := st.Snapshot(context.Background(), statusview.Filter{Segment: true})
+	slices.Sort(asked)
+	if !slices.Equal(asked, []string{"172.18.254.15", "172.18.254.16"}) || s.Surveyed != 2 {
+		t.Fatalf("asked about %v (surveyed %d), want both announced IPs", asked, s.Surveyed)
+	}
+	if c := snapService(t, s, "ns1/mine").Conflict; c == nil || c.MAC != "02:00:00:00:00:77" || c.IP != "172.18.254.15" {
+		t.Fatalf("conflict %+v, want the other host answering for 172.18.254.15", c)
+	}
+	if c := snapService(t, s, "ns1/quiet").Conflict; c != nil {
+		t.Errorf("conflict %+v on a Service nobody else answers for", c)
+	}
+	r := statusview.Merge(time.Now(), []statusview.Source{{Node: "w1", Snapshot: &s}})
+	if r.ExitCode() == 0 {
+		t.Errorf("a second host answering for an announced IP, exit code 0: %+v", r.Problems)
+	}
+}

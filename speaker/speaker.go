@@ -38,6 +38,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
@@ -46,6 +47,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ironlb/ironlb/api/v1beta1"
+	"github.com/ironlb/ironlb/internal/configload"
 	"github.com/ironlb/ironlb/internal/configstate"
 	"github.com/ironlb/ironlb/internal/election"
 	"github.com/ironlb/ironlb/internal/httpsec"
@@ -81,8 +83,10 @@ type Options struct {
 	// Namespace is the install namespace (METALLB_NAMESPACE): pools,
 	// advertisements, ServiceL2Status and speaker Pods live there.
 	Namespace string
-	// PodName is this speaker's Pod (METALLB_POD_NAME), the owner of its
-	// ServiceL2Status objects (garbage-collected with the Pod).
+	// PodName is this speaker's Pod (METALLB_POD_NAME): peer discovery skips
+	// it, and its ConfigurationState finds the DaemonSet that owns it. Its
+	// ServiceL2Status objects are owned by its Node, not the Pod, so that they
+	// survive a restart (docs/architecture.md).
 	PodName string
 	// HostIP (METALLB_HOST) is advertised to peers when MLBindAddr is a
 	// wildcard.
@@ -319,8 +323,15 @@ func Run(ctx context.Context, opts Options) error {
 		log:    log.WithName("service"),
 		opts:   opts,
 		own:    own,
+		k8s:    m.k8s,
+		cfg:    configload.Loader{Metrics: m.k8s},
 	}
-	var joined atomic.Bool
+	var joined, cacheSynced atomic.Bool
+	go func() {
+		if mgr.GetCache().WaitForCacheSync(ctx) {
+			cacheSynced.Store(true)
+		}
+	}()
 	if ml == nil {
 		joined.Store(true)
 	}
@@ -358,6 +369,9 @@ func Run(ctx context.Context, opts Options) error {
 	// livenessKnown feeds (or waits for) the liveness of every node; called
 	// after the initial join.
 	var livenessKnown func(context.Context) bool
+	// survey asks the segment who answers for an address (`ironlb status`);
+	// the prober of the health loop, so only with memberlist.
+	var survey func(ctx context.Context, addr netip.Addr, window time.Duration) ([]layer2.SurveyAnswer, layer2.ProbeReason, error)
 	if ml != nil {
 		if err := (&peerReconciler{Client: mgr.GetClient(), log: log.WithName("peers"), opts: opts, ml: ml, ready: &joined}).setup(mgr); err != nil {
 			return err
@@ -375,13 +389,18 @@ func Run(ctx context.Context, opts Options) error {
 		}()
 		p := layer2.NewProber(log.WithName("prober"), layer2.ProberOptions{ExcludeInterfaces: opts.Layer2.ExcludeInterfaces})
 		defer func() { _ = p.Close() }()
+		survey = p.Survey
 		h := &health{log: log.WithName("health"), self: opts.NodeName, ml: ml, own: own, prober: p, metrics: m, votes: newVoteSender(ml),
 			nodeAddrs:    func(ctx context.Context, node string) []netip.Addr { return nodeAddresses(ctx, mgr.GetClient(), node) },
 			links:        ann.Links,
 			linksChanged: linksChanged,
-			announcing:   ann.Interfaces}
+			announcing:   ann.Interfaces,
+			answering:    func() bool { return r.answers(ctx, &cacheSynced) }}
 		go h.run(ctx)
 		livenessKnown = h.awaitPoll
+		if err := (&deletedNodes{Client: mgr.GetClient(), own: own}).setup(mgr); err != nil {
+			return err
+		}
 	} else {
 		rn := &readyNodes{Client: mgr.GetClient(), own: own}
 		if err := rn.setup(mgr); err != nil {
@@ -396,7 +415,7 @@ func Run(ctx context.Context, opts Options) error {
 
 	if probeAddr != "0" {
 		// Last before the start: nothing returns early once it listens.
-		status := &statusSource{self: opts.NodeName, own: own, ann: ann, ml: ml, conflicts: conflictRecords, exclusions: r.exclusions}
+		status := &statusSource{self: opts.NodeName, own: own, ann: ann, ml: ml, conflicts: conflictRecords, exclusions: r.exclusions, survey: survey}
 		srv, err := probeServer(probeAddr, canAnnounce, status)
 		if err != nil {
 			return err
@@ -440,6 +459,20 @@ func Run(ctx context.Context, opts Options) error {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// answers reports whether this speaker can answer for the IPs it owns, as
+// far as it knows: once its caches are synced, only with a valid
+// configuration (the last one that parsed). Before, it does not know yet and
+// says it does, as a speaker of the previous release: a starting speaker is
+// placeable as before, and one that finds no valid configuration says so as
+// soon as its caches tell it.
+func (r *serviceReconciler) answers(ctx context.Context, cacheSynced *atomic.Bool) bool {
+	if !cacheSynced.Load() {
+		return true
+	}
+	cfg, err := r.config(ctx)
+	return err != nil || cfg != nil
+}
 
 // shutdownTimeout bounds how long the manager's runnables get to stop.
 const shutdownTimeout = 5 * time.Second
@@ -546,8 +579,8 @@ func (r *serviceReconciler) setup(mgr ctrl.Manager) error {
 		// Not on status updates: the controller rewrites a pool's status
 		// with every allocation, and each would re-queue every Service on
 		// every speaker (5,000 Services: ~90 config parses a second each).
-		Watches(&v1beta1.IPAddressPool{}, all, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
-		Watches(&v1beta1.L2Advertisement{}, all, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&v1beta1.IPAddressPool{}, all, builder.WithPredicates(configload.PoolChanged())).
+		Watches(&v1beta1.L2Advertisement{}, all, builder.WithPredicates(configload.AdvertisementChanged())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Complete(r)
 }
@@ -567,6 +600,36 @@ func nodeChanged() predicate.Predicate {
 			return !labels.Equals(o.Labels, n.Labels) || election.NetworkUnavailable(o) != election.NetworkUnavailable(n)
 		},
 	}
+}
+
+// deletedNodes tells ownership when a Node object is deleted: the cluster
+// shrank, and its speaker no longer counts in the quorum's membership.
+type deletedNodes struct {
+	client.Client
+	own *owners
+}
+
+func (d *deletedNodes) setup(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).Named("speaker-deleted-nodes").
+		For(&corev1.Node{}, builder.WithPredicates(predicate.Funcs{
+			CreateFunc:  func(event.CreateEvent) bool { return false },
+			UpdateFunc:  func(event.UpdateEvent) bool { return false },
+			GenericFunc: func(event.GenericEvent) bool { return false },
+		})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
+		Complete(d)
+}
+
+func (d *deletedNodes) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var node corev1.Node
+	err := d.Get(ctx, req.NamespacedName, &node)
+	switch {
+	case apierrors.IsNotFound(err):
+		d.own.Forget(req.Name)
+	case err != nil:
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{}, nil
 }
 
 // readyNodes is liveness without memberlist: a node whose Ready condition is

@@ -75,8 +75,8 @@ Flags and environment variables are MetalLB's where MetalLB has them.`,
 			}
 			if os.Getenv("GOGC") == "" {
 				// The cache holds every Service of the cluster; collecting at 50%
-				// growth instead of 100% keeps the peak RSS with 10,000 Services
-				// near 100 MB for a few percent more CPU. GOGC overrides it.
+				// growth instead of 100% lowers the peak RSS for a few percent
+				// more CPU (docs/benchmarks-controller.md). GOGC overrides it.
 				debug.SetGCPercent(50)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)

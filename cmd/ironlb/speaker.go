@@ -46,12 +46,19 @@ func newSpeakerCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "speaker",
-		Short: "answer ARP/NDP for the Service IPs this node is elected to announce",
+		Short: "answer ARP/NDP for the Service IPs this node owns",
 		Long: `The speaker runs on every node (DaemonSet, hostNetwork, NET_RAW). It joins the other
-speakers over memberlist, elects for each Service IP one announcer among the live
-nodes that an L2Advertisement allows (smallest sha256(node#ip), as MetalLB), answers
-ARP (IPv4) and NDP (IPv6) for the IPs this node wins, sends gratuitous announcements
-on takeover, and keeps ServiceL2Status objects current.
+speakers over memberlist and keeps with them a replica of who owns each Service IP.
+Ownership is sticky: a new IP goes to the least-loaded node an L2Advertisement allows,
+and an IP moves only when its owner can no longer carry the traffic (its kernel stops
+answering ARP/NDP on the segment, the configuration excludes it, or its speaker stays
+away longer than --hold-time); it then goes to the hash winner, smallest
+sha256(node#ip), among the eligible live nodes. A speaker restart, crash or freeze
+moves nothing, and a returning node takes nothing back unless --failback=immediate.
+The owner answers ARP (IPv4) and NDP (IPv6) for its IPs, sends gratuitous
+announcements on takeover, and keeps ServiceL2Status objects current. Without
+memberlist (--disable-memberlist) the hash winner among the Ready nodes announces,
+as in MetalLB.
 
 Every flag defaults to the MetalLB environment variable named in its help, so a
 MetalLB speaker Pod spec works unchanged.`,

@@ -1,29 +1,28 @@
 package allocator
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
 	"strconv"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/ironlb/ironlb/internal/service"
 	"github.com/ironlb/ironlb/internal/textlimit"
 )
 
-// Service annotations, MetalLB-compatible. The legacy metallb.universe.tf/
-// forms are still read; the metallb.io/ form wins when both are set.
+// Service annotations, MetalLB-compatible; internal/service reads them.
 const (
-	AnnotationLoadBalancerIPs     = "metallb.io/loadBalancerIPs"
-	AnnotationAddressPool         = "metallb.io/address-pool"
-	AnnotationAllowSharedIP       = "metallb.io/allow-shared-ip"
-	AnnotationIPAllocatedFromPool = "metallb.io/ip-allocated-from-pool" // written by the controller
+	AnnotationLoadBalancerIPs     = service.AnnotationLoadBalancerIPs
+	AnnotationAddressPool         = service.AnnotationAddressPool
+	AnnotationAllowSharedIP       = service.AnnotationAllowSharedIP
+	AnnotationIPAllocatedFromPool = service.AnnotationIPAllocatedFromPool // written by the controller
 
-	legacyPrefix = "metallb.universe.tf/"
-	newPrefix    = "metallb.io/"
+	legacyPrefix = service.LegacyPrefix
+	newPrefix    = service.Prefix
 )
 
 // Warning reasons returned by ParseService.
@@ -73,7 +72,7 @@ func ParseService(svc *corev1.Service) (Request, []Warning, error) {
 	if svc == nil {
 		return Request{}, nil, errorf(ReasonInvalidRequest, "", netip.Addr{}, "", "nil Service")
 	}
-	key := svc.Namespace + "/" + svc.Name
+	key := service.Key(svc)
 	var warns []Warning
 	req := Request{
 		Namespace: svc.Namespace,
@@ -84,46 +83,27 @@ func ParseService(svc *corev1.Service) (Request, []Warning, error) {
 		req.Policy = *svc.Spec.IPFamilyPolicy
 	}
 
-	ipsName, ipsValue, ipsSet := annotation(svc, AnnotationLoadBalancerIPs, &warns)
-	if ipsSet && strings.TrimSpace(ipsValue) != "" {
-		ips, err := parseIPList(ipsValue)
-		if err != nil {
-			return Request{}, warns, errorf(ReasonInvalidAnnotation, key, netip.Addr{}, "",
-				"annotation %s %s: %v", ipsName, textlimit.Quote(ipsValue), err)
-		}
-		req.IPs = ips
-	}
-	if f := strings.TrimSpace(svc.Spec.LoadBalancerIP); f != "" {
-		ip, err := parseIP(f)
-		if err != nil {
-			return Request{}, warns, errorf(ReasonInvalidAnnotation, key, netip.Addr{}, "",
-				"spec.loadBalancerIP %s: %v", textlimit.Quote(svc.Spec.LoadBalancerIP), err)
-		}
+	requested, err := service.RequestedIPs(svc)
+	ipsAnn := requested.Annotation
+	deprecated(&warns, ipsAnn)
+	if requested.Field {
 		warns = append(warns, Warning{Reason: WarningDeprecatedField, Message: fmt.Sprintf(
 			"spec.loadBalancerIP is deprecated, use annotation %s", AnnotationLoadBalancerIPs)})
-		switch {
-		case req.IPs == nil:
-			req.IPs = []netip.Addr{ip}
-		case !slices.Contains(req.IPs, ip):
-			return Request{}, warns, errorf(ReasonInvalidAnnotation, key, ip, "",
-				"spec.loadBalancerIP %s conflicts with annotation %s %s: remove the deprecated field",
-				textlimit.Quote(svc.Spec.LoadBalancerIP), ipsName, textlimit.Quote(ipsValue))
-		}
 	}
+	if err != nil {
+		return Request{}, warns, invalidAnnotation(key, err)
+	}
+	req.IPs = requested.IPs
 
-	if name, v, ok := annotation(svc, AnnotationAddressPool, &warns); ok {
-		v = strings.TrimSpace(v)
-		if v != "" {
-			if errs := validation.IsDNS1123Subdomain(v); len(errs) > 0 {
-				return Request{}, warns, errorf(ReasonInvalidAnnotation, key, netip.Addr{}, "",
-					"annotation %s %s: not a valid pool name: %s", name, textlimit.Quote(v), strings.Join(errs, "; "))
-			}
-			req.Pool = v
-		}
+	pool, poolAnn, err := service.RequestedPool(svc)
+	deprecated(&warns, poolAnn)
+	if err != nil {
+		return Request{}, warns, invalidAnnotation(key, err)
 	}
-	if _, v, ok := annotation(svc, AnnotationAllowSharedIP, &warns); ok {
-		req.SharingKey = v
-	}
+	req.Pool = pool
+	share := service.Get(svc, AnnotationAllowSharedIP)
+	deprecated(&warns, share)
+	req.SharingKey = share.Value
 
 	// MetalLB's backend key: Local services deliver to node-local endpoints,
 	// so they may share an IP only with services selecting the same pods.
@@ -138,79 +118,35 @@ func ParseService(svc *corev1.Service) (Request, []Warning, error) {
 		req.Ports = append(req.Ports, Port{Protocol: proto, Port: p.Port})
 	}
 
-	norm, err := normalize(req)
-	if err != nil {
-		err.Key = key
-		if ipsSet {
-			err.Message = fmt.Sprintf("annotation %s %s: %s", ipsName, textlimit.Quote(ipsValue), err.Message)
+	norm, nerr := normalize(req)
+	if nerr != nil {
+		nerr.Key = key
+		if ipsAnn.Set {
+			nerr.Message = fmt.Sprintf("annotation %s %s: %s", ipsAnn.Name, textlimit.Quote(ipsAnn.Value), nerr.Message)
 		} else if svc.Spec.LoadBalancerIP != "" {
-			err.Message = fmt.Sprintf("spec.loadBalancerIP %s: %s", textlimit.Quote(svc.Spec.LoadBalancerIP), err.Message)
+			nerr.Message = fmt.Sprintf("spec.loadBalancerIP %s: %s", textlimit.Quote(svc.Spec.LoadBalancerIP), nerr.Message)
 		}
-		return Request{}, warns, err
+		return Request{}, warns, nerr
 	}
 	return norm, warns, nil
 }
 
-// annotation reads name (a metallb.io/ annotation) or its legacy form,
-// recording a deprecation warning when the legacy form is present. It returns
-// the name actually used so errors can quote it.
-func annotation(svc *corev1.Service, name string, warns *[]Warning) (used, value string, ok bool) {
-	legacy := legacyPrefix + strings.TrimPrefix(name, newPrefix)
-	v, ok := svc.Annotations[name]
-	lv, lok := svc.Annotations[legacy]
-	if lok {
-		msg := fmt.Sprintf("annotation %s is deprecated, use %s", legacy, name)
-		if ok {
-			msg += fmt.Sprintf(" (both are set; %s wins)", name)
-		}
+// deprecated records a warning when the legacy form of an annotation is present.
+func deprecated(warns *[]Warning, a service.Annotation) {
+	if msg := a.Deprecation(); msg != "" {
 		*warns = append(*warns, Warning{Reason: WarningDeprecatedAnnotation, Message: msg})
 	}
-	if ok {
-		return name, v, true
-	}
-	if lok {
-		return legacy, lv, true
-	}
-	return name, "", false
 }
 
-func parseIP(s string) (netip.Addr, error) {
-	ip, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.Addr{}, fmt.Errorf("%s is not an IP address", textlimit.Quote(s))
+// invalidAnnotation turns internal/service's error into this package's:
+// the message without the Service's name (the event is on the Service).
+func invalidAnnotation(key string, err error) *Error {
+	e := &Error{Reason: ReasonInvalidAnnotation, Key: key, Message: err.Error()}
+	var se *service.Error
+	if errors.As(err, &se) {
+		e.IP, e.Message = se.IP, se.Message
 	}
-	if ip.Zone() != "" {
-		return netip.Addr{}, fmt.Errorf("%s: zoned addresses are not allowed", textlimit.Quote(s))
-	}
-	if ip.Is4In6() {
-		return netip.Addr{}, fmt.Errorf("%s: IPv4-mapped IPv6 addresses are not allowed, write %s", textlimit.Quote(s), ip.Unmap())
-	}
-	return ip, nil
-}
-
-// parseIPList parses a comma-separated list: at most one address per family.
-func parseIPList(v string) ([]netip.Addr, error) {
-	var ips []netip.Addr
-	for _, part := range strings.Split(v, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			return nil, fmt.Errorf("empty entry in list")
-		}
-		ip, err := parseIP(part)
-		if err != nil {
-			return nil, err
-		}
-		for _, prev := range ips {
-			if prev == ip {
-				return nil, fmt.Errorf("%s is listed twice", ip)
-			}
-			if prev.Is4() == ip.Is4() {
-				return nil, fmt.Errorf("at most one address per family, got %s and %s", prev, ip)
-			}
-		}
-		ips = append(ips, ip)
-	}
-	return ips, nil
+	return e
 }
 
 func familyOf(ip netip.Addr) corev1.IPFamily {

@@ -4,10 +4,12 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -91,6 +93,16 @@ func Parse(pools []v1beta1.IPAddressPool, ads []v1beta1.L2Advertisement, namespa
 	return cfg, nil
 }
 
+// OlderFirst orders objects oldest first (creation time, then name): the
+// order to pass them to Parse in, so a conflict between two stored objects is
+// blamed on the newer one whatever order they were listed in.
+func OlderFirst(a, b *metav1.ObjectMeta) int {
+	if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Name, b.Name)
+}
+
 // AdvertisementsFor returns the L2Advertisements that apply to the named pool, in
 // name order.
 func (c *Config) AdvertisementsFor(pool string) []*L2Advertisement {
@@ -101,6 +113,30 @@ func (c *Config) AdvertisementsFor(pool string) []*L2Advertisement {
 		}
 	}
 	return out
+}
+
+// PoolFor returns the pool whose ranges contain every one of ips, "" if none
+// does (or ips is empty). Pools never overlap (Parse rejects it), so the
+// answer is unique.
+func (c *Config) PoolFor(ips []netip.Addr) string {
+	if c == nil || len(ips) == 0 {
+		return ""
+	}
+	for name, p := range c.Pools {
+		if p != nil && p.containsAll(ips) {
+			return name
+		}
+	}
+	return ""
+}
+
+func (p *Pool) containsAll(ips []netip.Addr) bool {
+	for _, ip := range ips {
+		if !slices.ContainsFunc(p.Ranges, func(r Range) bool { return r.Contains(ip) }) {
+			return false
+		}
+	}
+	return true
 }
 
 // addressEntry is one parsed spec.addresses entry, remembered for the overlap check.

@@ -388,3 +388,24 @@ func TestParseDoesNotModifyInput(t *testing.T) {
 		t.Errorf("input modified: %+v", p.Spec)
 	}
 }
+
+func TestPoolFor(t *testing.T) {
+	cfg, err := Parse([]v1beta1.IPAddressPool{pool("a", "10.0.0.0/24"), pool("b", "10.0.1.0/24", "fd00::/120")}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := netip.MustParseAddr
+	for _, tc := range []struct {
+		ips  []netip.Addr
+		want string
+	}{
+		{[]netip.Addr{ip("10.0.0.7")}, "a"},
+		{[]netip.Addr{ip("10.0.1.7"), ip("fd00::7")}, "b"},
+		{[]netip.Addr{ip("10.0.0.7"), ip("fd00::7")}, ""}, // split across pools: none holds both
+		{[]netip.Addr{ip("10.0.2.1")}, ""},
+	} {
+		if got := cfg.PoolFor(tc.ips); got != tc.want {
+			t.Errorf("PoolFor(%v) = %q, want %q", tc.ips, got, tc.want)
+		}
+	}
+}

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/ironlb/ironlb/api/v1beta1"
+	"github.com/ironlb/ironlb/internal/configload"
 )
 
 // Reporter is a reconciler that writes one ConfigurationState: at start, when
@@ -58,11 +59,12 @@ func (r *Reporter) Setup(mgr manager.Manager) error {
 	mine := predicate.NewPredicateFuncs(func(o client.Object) bool {
 		return o.GetNamespace() == r.Namespace && o.GetName() == r.Name
 	})
-	return builder.ControllerManagedBy(mgr).
+	b := builder.ControllerManagedBy(mgr).
 		Named("configurationstate").
-		Watches(&v1beta1.ConfigurationState{}, toKey, builder.WithPredicates(mine)).
-		Watches(&v1beta1.IPAddressPool{}, toKey, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&v1beta1.L2Advertisement{}, toKey, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&v1beta1.ConfigurationState{}, toKey, builder.WithPredicates(mine))
+	// The changes that reload the configuration (Namespaces aside: their
+	// labels only resolve serviceAllocation, which cannot make it invalid).
+	return configload.Watches(b, toKey, false).
 		// Report once at start even if no pool or advertisement exists.
 		WatchesRawSource(source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 			q.Add(key)

@@ -13,7 +13,6 @@
 package election
 
 import (
-	"bytes"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/ironlb/ironlb/internal/config"
 	"github.com/ironlb/ironlb/internal/ownership"
+	"github.com/ironlb/ironlb/internal/service"
 )
 
 // Reasons a Service is not announced by a node. They are logged as the "reason" of
@@ -45,11 +45,12 @@ const (
 	ReasonNoCandidates = "noCandidates"
 )
 
-// Annotations that mark a Service as sharing its IP; the stable key wins, the
-// deprecated one is still honoured as MetalLB does.
+// Annotations that mark a Service as sharing its IP (read by
+// service.SharingKey): the stable key wins, the deprecated one is still
+// honoured as MetalLB does.
 const (
-	AnnotationAllowSharedIP           = "metallb.io/allow-shared-ip"
-	AnnotationAllowSharedIPDeprecated = "metallb.universe.tf/allow-shared-ip"
+	AnnotationAllowSharedIP           = service.AnnotationAllowSharedIP
+	AnnotationAllowSharedIPDeprecated = service.LegacyPrefix + "allow-shared-ip"
 )
 
 // Input is everything that decides which nodes may announce one Service.
@@ -187,7 +188,7 @@ func serviceAdvertisements(in Input) ([]*config.L2Advertisement, string) {
 	if len(ads) == 0 {
 		return nil, ReasonNoMatchingAdvertisement
 	}
-	if sharesIP(in.Service) && slices.ContainsFunc(ads, func(ad *config.L2Advertisement) bool {
+	if in.Service != nil && service.SharingKey(in.Service) != "" && slices.ContainsFunc(ads, func(ad *config.L2Advertisement) bool {
 		return len(ad.ServiceSelectors) > 0
 	}) {
 		return ads, ReasonSharedIPWithServiceSelector
@@ -262,7 +263,7 @@ func Interfaces(ads []*config.L2Advertisement) (all bool, ifaces []string) {
 func Winner(keyIP string, nodes []string) string {
 	best := ""
 	for _, n := range nodes {
-		if best == "" || less(n, best, keyIP) {
+		if best == "" || ownership.HashLess(n, best, keyIP) {
 			best = n
 		}
 	}
@@ -277,23 +278,12 @@ func Rank(keyIP string, nodes []string) []string {
 		switch {
 		case a == b:
 			return 0
-		case less(a, b, keyIP):
+		case ownership.HashLess(a, b, keyIP):
 			return -1
 		}
 		return 1
 	})
 	return slices.Compact(out)
-}
-
-// less orders by hash, then by name: a hash tie between different names is
-// practically impossible, but the order must stay total for permutation
-// invariance.
-func less(a, b, keyIP string) bool {
-	ha, hb := ownership.Hash(a, keyIP), ownership.Hash(b, keyIP)
-	if c := bytes.Compare(ha[:], hb[:]); c != 0 {
-		return c < 0
-	}
-	return a < b
 }
 
 // AdvertisementsForService returns the advertisements of pool that apply to svc:
@@ -398,14 +388,4 @@ func NodesWithServingEndpoint(slices []*discoveryv1.EndpointSlice) map[string]bo
 		}
 	}
 	return out
-}
-
-func sharesIP(svc *corev1.Service) bool {
-	if svc == nil {
-		return false
-	}
-	if v, ok := svc.Annotations[AnnotationAllowSharedIP]; ok {
-		return v != ""
-	}
-	return svc.Annotations[AnnotationAllowSharedIPDeprecated] != ""
 }

@@ -185,21 +185,8 @@ func NewAnnouncer(log logr.Logger, opts Options) *Announcer {
 	return a
 }
 
-// SetBalancer sets the IPs balancer name owns on this node and the interfaces
-// to answer on (empty: all eligible). Newly owned IPs are announced at once
-// (by Run); IPs no longer owned are not answered once SetBalancer returns.
-func (a *Announcer) SetBalancer(name string, ips []netip.Addr, interfaces []string) {
-	a.Apply([]BalancerUpdate{{Name: name, IPs: ips, Interfaces: interfaces}})
-}
-
-// DeleteBalancer forgets balancer name. Its IPs (unless another balancer
-// shares them) are not answered or announced once DeleteBalancer returns.
-func (a *Announcer) DeleteBalancer(name string) {
-	a.Apply([]BalancerUpdate{{Name: name, Delete: true}})
-}
-
-// BalancerUpdate is one balancer's new IPs and interfaces (as SetBalancer), or
-// its removal (Delete, as DeleteBalancer).
+// BalancerUpdate is one balancer's new IPs and the interfaces to answer on
+// (empty: all eligible), or its removal (Delete).
 type BalancerUpdate struct {
 	Name       string
 	IPs        []netip.Addr
@@ -330,10 +317,10 @@ func (a *Announcer) pushLocked(affected []netip.Addr) {
 	}
 	a.cmu.Unlock()
 	// A takeover's first burst goes out now, from the caller, before it
-	// returns to its logs, gossip, events and status writes. Handed to
-	// garpLoop it waited for that goroutine to be scheduled: 0.3-1.3 s after
-	// the decision in two of seven rounds on a loaded node of the 2-core
-	// lab with 5,000 Services (the burst itself then took 11 ms).
+	// returns to its logs, gossip, events and status writes: handed to
+	// garpLoop it would wait for that goroutine to be scheduled, which on a
+	// node short of CPU can take far longer than the burst itself
+	// (docs/benchmarks-e2e.md, the 5,000-Service failover runs).
 	a.sendDueLocked(time.Now())
 	a.kickGARP() // garpLoop re-arms its timer for the later bursts
 }

@@ -6,8 +6,7 @@
 // swapped set of owned IPs before doing anything else, and replies with the
 // MAC of the interface the request arrived on. Taking over an IP sends
 // gratuitous ARP (request and reply) and unsolicited Neighbor Advertisements
-// in bursts; losing it stops replies before SetBalancer/DeleteBalancer
-// returns. Frames from another MAC claiming an owned IP are reported as
+// in bursts; losing it stops replies before Apply returns. Frames from another MAC claiming an owned IP are reported as
 // conflicts.
 //
 // An Announcer also answers, never announces, the IPs of another host on its

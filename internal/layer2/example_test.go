@@ -11,7 +11,7 @@ import (
 )
 
 // The speaker's wiring: one Announcer per node, balancers set from the
-// election, conflicts and kernel ARP findings turned into events.
+// ownership layer, conflicts and kernel ARP findings turned into events.
 func Example() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -22,9 +22,9 @@ func Example() {
 	})
 	go func() { _ = a.Run(ctx) }()
 
-	// This node won the election for the service's IPs; an L2Advertisement
+	// This node owns the service's IPs; an L2Advertisement
 	// with no interfaces means all eligible ones.
-	a.SetBalancer("default/web", []netip.Addr{netip.MustParseAddr("172.18.0.200")}, nil)
+	a.Apply([]layer2.BalancerUpdate{{Name: "default/web", IPs: []netip.Addr{netip.MustParseAddr("172.18.0.200")}}})
 
 	go func() {
 		for c := range a.Conflicts() {
@@ -39,6 +39,6 @@ func Example() {
 		}
 	}
 
-	// Another node won, or the service went away: stop answering at once.
-	a.DeleteBalancer("default/web")
+	// Another node owns them now, or the service went away: stop answering at once.
+	a.Apply([]layer2.BalancerUpdate{{Name: "default/web", Delete: true}})
 }

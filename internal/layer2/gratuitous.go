@@ -87,7 +87,7 @@ func (a *Announcer) garpLoop(ctx context.Context) {
 
 // sendDue sends every announcement that is due and returns when the next
 // one is (zero: none pending). It sends under the lock, so once
-// DeleteBalancer returns nothing more is sent for the IPs it removed; a send
+// Apply returns nothing more is sent for the IPs it removed; a send
 // is one non-blocking raw-socket write per frame.
 func (a *Announcer) sendDue() time.Time {
 	a.mu.Lock()

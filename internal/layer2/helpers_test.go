@@ -293,3 +293,14 @@ func decodeNDP(t *testing.T, b []byte) (dstMAC net.HardwareAddr, src, dst netip.
 	}
 	return net.HardwareAddr(b[0:6]), src, dst, b[21], m
 }
+
+// SetBalancer sets the IPs balancer name owns on this node and the interfaces
+// to answer on (empty: all eligible): Apply with one update.
+func (a *Announcer) SetBalancer(name string, ips []netip.Addr, interfaces []string) {
+	a.Apply([]BalancerUpdate{{Name: name, IPs: ips, Interfaces: interfaces}})
+}
+
+// DeleteBalancer forgets balancer name: Apply with one removal.
+func (a *Announcer) DeleteBalancer(name string) {
+	a.Apply([]BalancerUpdate{{Name: name, Delete: true}})
+}

@@ -120,7 +120,7 @@ func TestNetnsProber(t *testing.T) {
 		}
 	})
 	t.Run("off-link address", func(t *testing.T) {
-		if got := probe("10.252.0.2"); got != "probe 10.252.0.2 unreachable "+ProbeNoInterface {
+		if got := probe("10.252.0.2"); got != "probe 10.252.0.2 unreachable "+ProbeNoInterface.String() {
 			t.Fatalf("%s", got)
 		}
 	})

@@ -68,14 +68,22 @@ func (o *ProberOptions) defaults() {
 	}
 }
 
-// Reasons a ProbeResult is not Reachable.
+// ProbeReason says why a ProbeResult is not Reachable.
+type ProbeReason int
+
+// Reasons a ProbeResult is not Reachable; ProbeAnswered for one that is.
 const (
-	ProbeNoInterface = "noInterface" // no eligible interface has addr on-link
-	ProbeNoAnswer    = "noAnswer"    // every probe went unanswered
-	ProbeSendFailed  = "sendFailed"  // no probe could be sent; Reason has ": " and the error
-	ProbeCanceled    = "canceled"    // ctx ended first
-	ProbeClosed      = "closed"      // the Prober is closed
+	ProbeAnswered    ProbeReason = iota
+	ProbeNoInterface             // no eligible interface has addr on-link
+	ProbeNoAnswer                // every probe went unanswered
+	ProbeSendFailed              // no probe could be sent; Err says why
+	ProbeCanceled                // ctx ended first
+	ProbeClosed                  // the Prober is closed
 )
+
+func (r ProbeReason) String() string {
+	return [...]string{"answered", "noInterface", "noAnswer", "sendFailed", "canceled", "closed"}[r]
+}
 
 // ProbeResult is the verdict of one Probe call.
 type ProbeResult struct {
@@ -85,9 +93,18 @@ type ProbeResult struct {
 	MAC       net.HardwareAddr // the answering MAC
 	// RTT is the time from the first probe of the call to the answer.
 	RTT time.Duration
-	// Reason says why addr is not reachable: ProbeNoInterface,
-	// ProbeNoAnswer, "sendFailed: <error>", ProbeCanceled or ProbeClosed.
-	Reason string
+	// Reason says why addr is not reachable (ProbeAnswered when it is);
+	// Err is the send error of ProbeSendFailed.
+	Reason ProbeReason
+	Err    error
+}
+
+// Why is the reason for a log line: the reason, and the error if any.
+func (r ProbeResult) Why() string {
+	if r.Err != nil {
+		return r.Reason.String() + ": " + r.Err.Error()
+	}
+	return r.Reason.String()
 }
 
 // Prober asks whether a host's kernel still answers for its own address on
@@ -172,7 +189,7 @@ func (p *Prober) Probe(ctx context.Context, addr netip.Addr) ProbeResult {
 		res.Reason = ProbeClosed
 		return res
 	case len(ifs) == 0 && err != nil:
-		res.Reason = ProbeSendFailed + ": " + err.Error()
+		res.Reason, res.Err = ProbeSendFailed, err
 		return res
 	case len(ifs) == 0:
 		res.Reason = ProbeNoInterface
@@ -218,12 +235,95 @@ func (p *Prober) Probe(ctx context.Context, addr netip.Addr) ProbeResult {
 		}
 	}
 	if !sent && sendErr != nil {
-		res.Reason = ProbeSendFailed + ": " + sendErr.Error()
+		res.Reason, res.Err = ProbeSendFailed, sendErr
 	} else {
 		res.Reason = ProbeNoAnswer
 	}
 	return res
 }
+
+// SurveyAnswer is one host answering for an address (Prober.Survey).
+type SurveyAnswer struct {
+	Interface string
+	MAC       net.HardwareAddr
+}
+
+// Survey asks the segment who answers for addr: Attempts probes, Interval
+// apart, always broadcast (IPv4) or to the solicited-node group (IPv6),
+// never unicast to a MAC learned earlier, so that every host that answers is
+// heard; then it collects answers for window more. It returns every distinct
+// (interface, MAC) that answered. This node's own responder does not answer
+// its own probes, so for an address this node announces any answer is
+// another host's. ProbeNoInterface, ProbeSendFailed (with the error),
+// ProbeCanceled or ProbeClosed say why nothing could be asked.
+func (p *Prober) Survey(ctx context.Context, addr netip.Addr, window time.Duration) ([]SurveyAnswer, ProbeReason, error) {
+	addr = addr.Unmap().WithZone("")
+	ifs, err := p.interfacesFor(addr)
+	switch {
+	case errors.Is(err, errProberClosed):
+		return nil, ProbeClosed, nil
+	case len(ifs) == 0 && err != nil:
+		return nil, ProbeSendFailed, err
+	case len(ifs) == 0:
+		return nil, ProbeNoInterface, nil
+	}
+	w := &probeWaiter{ch: make(chan probeAnswer, maxSurveyAnswers)}
+	for _, pi := range ifs {
+		pi.register(addr, w)
+	}
+	defer func() {
+		for _, pi := range ifs {
+			pi.unregister(addr, w, true) // keep what was learned
+		}
+	}()
+	var out []SurveyAnswer
+	collect := func(a probeAnswer) {
+		mac := net.HardwareAddr(a.mac[:])
+		if !slices.ContainsFunc(out, func(x SurveyAnswer) bool { return x.Interface == a.iface && x.MAC.String() == mac.String() }) {
+			out = append(out, SurveyAnswer{Interface: a.iface, MAC: slices.Clone(mac)})
+		}
+	}
+	var sendErr error
+	sent := false
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
+	for attempt := 0; ; attempt++ {
+		if attempt < p.opts.Attempts {
+			for _, pi := range ifs {
+				if err := pi.sendTo(addr, true); err != nil {
+					sendErr = err
+				} else {
+					sent = true
+				}
+			}
+			timer.Reset(p.opts.Interval)
+		} else if attempt == p.opts.Attempts {
+			timer.Reset(window)
+		} else {
+			break
+		}
+	wait:
+		for {
+			select {
+			case a := <-w.ch:
+				collect(a)
+			case <-timer.C:
+				break wait
+			case <-ctx.Done():
+				return out, ProbeCanceled, nil
+			}
+		}
+	}
+	if !sent && sendErr != nil {
+		return out, ProbeSendFailed, sendErr
+	}
+	return out, ProbeAnswered, nil
+}
+
+// maxSurveyAnswers bounds the answers a survey queues between reads: a
+// segment where more hosts answer for one address is broken anyway.
+const maxSurveyAnswers = 16
 
 var errProberClosed = errors.New("prober closed")
 
@@ -387,10 +487,14 @@ func (pi *probeIface) unregister(addr netip.Addr, w *probeWaiter, answered bool)
 
 // send sends one probe for addr: unicast to its MAC when known, else
 // broadcast (IPv4) or to its solicited-node group (IPv6).
-func (pi *probeIface) send(addr netip.Addr) error {
+func (pi *probeIface) send(addr netip.Addr) error { return pi.sendTo(addr, false) }
+
+// sendTo is send; everyone: broadcast or to the group even when a MAC is
+// known (Survey).
+func (pi *probeIface) sendTo(addr netip.Addr, everyone bool) error {
 	pi.mu.Lock()
 	t := pi.targets[addr]
-	mac, known := t.mac, t.known
+	mac, known := t.mac, t.known && !everyone
 	var ns []byte
 	if addr.Is6() {
 		i := 0

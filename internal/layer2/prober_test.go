@@ -127,7 +127,7 @@ func TestProberIPv4(t *testing.T) {
 	w.send(t, garp[0])
 	w.send(t, arpProbeAnswer(probe, hostMAC, hostIP))
 	r := result(t, ch)
-	if !r.Reachable || r.Addr != hostIP || r.Interface != "eth0" || r.MAC.String() != hostMAC.String() || r.RTT <= 0 || r.Reason != "" {
+	if !r.Reachable || r.Addr != hostIP || r.Interface != "eth0" || r.MAC.String() != hostMAC.String() || r.RTT <= 0 || r.Reason != ProbeAnswered {
 		t.Fatalf("result %+v, want %s reachable at %s on eth0", r, hostIP, hostMAC)
 	}
 
@@ -281,7 +281,7 @@ func TestProberInterfaces(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		addr   netip.Addr
-		reason string
+		reason ProbeReason
 	}{
 		{netip.MustParseAddr("203.0.113.9"), ProbeNoInterface},
 		{netip.MustParseAddr("192.0.2.2"), ProbeNoInterface}, // our own address
@@ -331,14 +331,14 @@ func TestProberFailures(t *testing.T) {
 			return &failConn{memConn: c}, nil
 		}
 		r := n.p.Probe(ctx, hostIP)
-		if r.Reachable || !strings.HasPrefix(r.Reason, ProbeSendFailed+": ") || !strings.Contains(r.Reason, "network is down") || !strings.Contains(r.Reason, "eth0") {
+		if r.Reachable || r.Reason != ProbeSendFailed || !strings.Contains(r.Why(), "network is down") || !strings.Contains(r.Why(), "eth0") {
 			t.Fatalf("result %+v, want sendFailed naming the interface and the error", r)
 		}
 	})
 	t.Run("socket cannot be opened", func(t *testing.T) {
 		n := startProbeNet(t, ProberOptions{Interval: time.Millisecond}, probeLink("eth0", 2, eth0MAC))
 		n.p.opts.ListenARP = func(Link) (net.PacketConn, error) { return nil, errors.New("operation not permitted") }
-		if r := n.p.Probe(ctx, hostIP); r.Reachable || !strings.HasPrefix(r.Reason, ProbeSendFailed+": ") || !strings.Contains(r.Reason, "not permitted") {
+		if r := n.p.Probe(ctx, hostIP); r.Reachable || r.Reason != ProbeSendFailed || !strings.Contains(r.Why(), "not permitted") {
 			t.Fatalf("result %+v", r)
 		}
 	})
@@ -368,4 +368,56 @@ func TestProberFailures(t *testing.T) {
 			t.Fatalf("result %+v after Close", r)
 		}
 	})
+}
+
+// TestProberSurvey: a survey probes broadcast even when a MAC is known for
+// the address, and reports every host that answers, once each.
+func TestProberSurvey(t *testing.T) {
+	n := startProbeNet(t, ProberOptions{Interval: 20 * time.Millisecond, Attempts: 2}, probeLink("eth0", 2, eth0MAC))
+	ctx := context.Background()
+	// Learn hostIP's MAC, as the health loop's probes would.
+	ch := probeAsync(n.p, ctx, hostIP)
+	w := waitEnd(t, n, n.arp, "eth0")
+	w.send(t, arpProbeAnswer(w.next(t), hostMAC, hostIP))
+	if r := result(t, ch); !r.Reachable {
+		t.Fatalf("result %+v", r)
+	}
+	type survey struct {
+		answers []SurveyAnswer
+		reason  ProbeReason
+	}
+	done := make(chan survey, 1)
+	go func() {
+		a, r, _ := n.p.Survey(ctx, hostIP, 200*time.Millisecond)
+		done <- survey{a, r}
+	}()
+	probe := w.next(t)
+	checkARPProbe(t, probe, hostIP, mustMAC("ff:ff:ff:ff:ff:ff"))
+	// Two hosts answer, one of them twice; another address's answer does
+	// not count.
+	w.send(t, arpProbeAnswer(probe, hostMAC, hostIP))
+	w.send(t, arpProbeAnswer(probe, hostMAC2, hostIP))
+	w.send(t, arpProbeAnswer(probe, hostMAC2, hostIP))
+	w.send(t, arpProbeAnswer(probe, hostMAC2, hostIP2))
+	checkARPProbe(t, w.next(t), hostIP, mustMAC("ff:ff:ff:ff:ff:ff"))
+	var got survey
+	select {
+	case got = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Survey did not return")
+	}
+	var macs []string
+	for _, a := range got.answers {
+		if a.Interface != "eth0" {
+			t.Errorf("answer on %q, want eth0", a.Interface)
+		}
+		macs = append(macs, a.MAC.String())
+	}
+	slices.Sort(macs)
+	if want := []string{hostMAC.String(), hostMAC2.String()}; got.reason != ProbeAnswered || !slices.Equal(macs, want) {
+		t.Fatalf("survey: %v %s, want %v answered", macs, got.reason, want)
+	}
+	if _, r, _ := n.p.Survey(ctx, netip.MustParseAddr("203.0.113.9"), time.Millisecond); r != ProbeNoInterface {
+		t.Errorf("survey of an off-link address: %s, want %s", r, ProbeNoInterface)
+	}
 }

@@ -21,7 +21,7 @@ type proxy struct {
 // switches keep learning the other host's MAC from its own port. No
 // gratuitous announcements and no RFC 5227 probes are sent for proxied IPs,
 // and frames claiming a proxied IP with macs[iface] are not conflicts. An IP
-// that is also owned (SetBalancer) is answered as owned (own MAC). Replaces
+// that is also owned (Apply) is answered as owned (own MAC). Replaces
 // any previous proxy entry name. A MAC that is not 6 bytes long is logged
 // and its interface skipped.
 func (a *Announcer) SetProxy(name string, ips []netip.Addr, macs map[string]net.HardwareAddr) {

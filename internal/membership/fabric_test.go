@@ -165,6 +165,7 @@ func startMemberAt(tb testing.TB, f *fabric, name, ip string, opts Options, logg
 	opts.BindAddr = ip
 	opts.BindPort = tr.GetAutoBindPort()
 	opts.transport = tr
+	opts.events = newEventRecorder()
 	ctx, cancel := context.WithCancel(context.Background())
 	l, err := Start(ctx, logger, opts)
 	if err != nil {

@@ -1,11 +1,12 @@
 // Package membership tells a speaker which speakers are alive, fast.
 //
 // It wraps hashicorp/memberlist (SWIM gossip with Lifeguard) behind a small API:
-// Start, Join, Members, Events, and a graceful Leave when the context ends. The
-// memberlist is only a failure detector; nothing is stored in it. Its timings are
-// ironlb's main failover lever: the defaults in DefaultOptions were chosen by the
-// measurements in docs/benchmarks-speaker.md (BenchmarkFailover and
-// TestFalsePositivesUnderLoad in this package).
+// Start, Join, Members, States, and a graceful Leave when the context ends.
+// memberlist itself is a failure detector; the speaker's state (its ownership
+// claims) only rides on its push/pull exchanges and broadcasts (Options.State).
+// Its timings are ironlb's main failover lever: the defaults in DefaultOptions
+// were chosen by the measurements in docs/benchmarks-speaker.md
+// (BenchmarkFailover and TestFalsePositivesUnderLoad in this package).
 package membership
 
 import (
@@ -88,6 +89,13 @@ type Options struct {
 	// transport replaces the UDP/TCP transport; tests use it to blackhole a
 	// member as a dead host would.
 	transport memberlist.Transport
+	// Meta is what this member says of itself from the start (SetMeta
+	// changes it); it needs State.
+	Meta []byte
+	// events receives memberlist's join, leave and update callbacks; tests
+	// use it to time failure detection (events_test.go). The speaker reads
+	// Members and States instead, when it needs them.
+	events memberlist.EventDelegate
 }
 
 // StateDelegate is the application state replicated over memberlist. Its
@@ -113,11 +121,12 @@ func DefaultOptions() Options {
 	return Options{
 		BindAddr: "0.0.0.0",
 		BindPort: DefaultPort,
-		// BenchmarkFailover: kill seen by all survivors p50 0.56-0.63 s,
-		// max of 20 0.69-0.77 s (3 and 5 members); TestFalsePositivesUnderLoad:
-		// no false death in 3 x 10 min with every core saturated. The price:
-		// a member frozen for more than ~500 ms is declared dead
-		// (speaker BenchmarkStallARP); SuspicionMult moves both by 100 ms a step.
+		// Measured with BenchmarkFailover (failure detection time) and
+		// TestFalsePositivesUnderLoad (no false death with every core
+		// saturated); the figures are in docs/benchmarks-speaker.md. The
+		// price: a member frozen for more than a few probe rounds is
+		// declared dead (speaker BenchmarkStallARP, same document);
+		// SuspicionMult moves both by one ProbeInterval a step.
 		ProbeInterval:           100 * time.Millisecond,
 		ProbeTimeout:            50 * time.Millisecond,
 		SuspicionMult:           4,
@@ -199,50 +208,11 @@ func SecretKeyFromSecret(data []byte) []byte {
 	return sum[:]
 }
 
-// EventType says what happened to a member.
-type EventType int
-
-const (
-	// EventJoin: a member became alive (joined or came back).
-	EventJoin EventType = iota
-	// EventLeave: a member left gracefully or was declared dead.
-	EventLeave
-	// EventUpdate: a member's metadata or address changed.
-	EventUpdate
-)
-
-func (t EventType) String() string {
-	switch t {
-	case EventJoin:
-		return "join"
-	case EventLeave:
-		return "leave"
-	case EventUpdate:
-		return "update"
-	}
-	return "unknown"
-}
-
-// Event is one membership change.
-type Event struct {
-	Type EventType
-	// Node is the member's name.
-	Node string
-	// Addr is the member's ip:port.
-	Addr string
-	// Time the event was raised (for latency measurements).
-	Time time.Time
-}
-
-// eventBuffer is deep enough for a whole cluster restarting at once.
-const eventBuffer = 1024
-
 // List is a running memberlist.
 type List struct {
 	log  logr.Logger
 	opts Options
 	ml   *memberlist.Memberlist
-	ev   chan Event
 	done chan struct{}
 
 	keyring *memberlist.Keyring
@@ -254,21 +224,9 @@ type List struct {
 	// crashed is set when the memberlist was shut down without leaving (tests
 	// simulating a crash); Leave would panic after Shutdown.
 	crashed atomic.Bool
+	// meta is what this member says of itself (SetMeta).
+	meta atomic.Pointer[[]byte]
 }
-
-// Interface is what the speaker needs from membership.
-type Interface interface {
-	// Members returns the names of the live members, this node included,
-	// sorted.
-	Members() []string
-	// Events delivers membership changes.
-	Events() <-chan Event
-	// SetPeers tells membership the addresses of all speakers (from the
-	// speaker Pods); those not yet members are joined now and periodically.
-	SetPeers(addrs []string)
-}
-
-var _ Interface = (*List)(nil)
 
 // Start creates the memberlist, bound and alive, and starts the rejoin loop.
 // When ctx ends, it leaves gracefully (peers see the departure at once rather
@@ -281,10 +239,13 @@ func Start(ctx context.Context, logger logr.Logger, opts Options) (*List, error)
 	l := &List{
 		log:  logger,
 		opts: opts,
-		ev:   make(chan Event, eventBuffer),
 		done: make(chan struct{}),
 	}
 
+	if opts.Meta != nil {
+		m := slices.Clone(opts.Meta)
+		l.meta.Store(&m)
+	}
 	cfg := memberlist.DefaultLANConfig()
 	cfg.Name = opts.NodeName
 	cfg.BindAddr = opts.BindAddr
@@ -307,13 +268,15 @@ func Start(ctx context.Context, logger logr.Logger, opts Options) (*List, error)
 	// A dead member's name may come back at once (a restarted speaker on the
 	// same node with a new address, e.g. after a host IP change).
 	cfg.DeadNodeReclaimTime = time.Second
-	cfg.Events = eventDelegate{l}
+	if opts.events != nil {
+		cfg.Events = opts.events
+	}
 	if opts.State != nil {
 		l.queue = &memberlist.TransmitLimitedQueue{
 			NumNodes:       func() int { return l.ml.NumMembers() },
 			RetransmitMult: opts.RetransmitMult,
 		}
-		cfg.Delegate = stateDelegate{state: opts.State, queue: l.queue}
+		cfg.Delegate = stateDelegate{state: opts.State, queue: l.queue, l: l}
 	}
 	cfg.Logger = log.New(&logWriter{log: logger.WithName("memberlist")}, "", 0)
 	if opts.transport != nil {
@@ -345,12 +308,6 @@ func Start(ctx context.Context, logger logr.Logger, opts Options) (*List, error)
 
 // Done is closed once the member has left and shut down after ctx ended.
 func (l *List) Done() <-chan struct{} { return l.done }
-
-// Events delivers membership changes. The channel is buffered; when a reader
-// falls behind by more than the buffer, further events are dropped, which is
-// harmless for a reader that re-reads Members after each event: events are
-// still queued, so it will look again after the drop.
-func (l *List) Events() <-chan Event { return l.ev }
 
 // Members returns the names of the members not dead or left (suspects are
 // included, as in MetalLB: a suspect usually refutes), sorted.
@@ -413,6 +370,8 @@ type MemberState struct {
 	Name  string
 	Addr  string // ip:port
 	State State
+	// Meta is what the member says of itself (SetMeta).
+	Meta []byte
 }
 
 // States returns every member that is not dead or left, with its state,
@@ -426,7 +385,7 @@ func (l *List) States() []MemberState {
 		if n.State == memberlist.StateSuspect {
 			st = StateSuspect
 		}
-		out = append(out, MemberState{Name: n.Name, Addr: n.Address(), State: st})
+		out = append(out, MemberState{Name: n.Name, Addr: n.Address(), State: st, Meta: n.Meta})
 	}
 	slices.SortFunc(out, func(a, b MemberState) int { return strings.Compare(a.Name, b.Name) })
 	return out
@@ -492,9 +451,6 @@ func (l *List) Sync(n int) int {
 	}
 	return joined
 }
-
-// NumMembers returns the number of members that are alive (not suspect).
-func (l *List) NumMembers() int { return l.ml.NumMembers() }
 
 // LocalAddr is the address peers reach this member on (ip:port).
 func (l *List) LocalAddr() string { return l.ml.LocalNode().Address() }
@@ -637,9 +593,15 @@ func (b *uniqueBroadcast) Finished()                             {}
 type stateDelegate struct {
 	state StateDelegate
 	queue *memberlist.TransmitLimitedQueue
+	l     *List
 }
 
-func (d stateDelegate) NodeMeta(int) []byte { return nil }
+func (d stateDelegate) NodeMeta(limit int) []byte {
+	if m := d.l.meta.Load(); m != nil && len(*m) <= limit {
+		return *m
+	}
+	return nil
+}
 func (d stateDelegate) NotifyMsg(msg []byte) {
 	if len(msg) > 0 {
 		d.state.NotifyMsg(slices.Clone(msg)) // memberlist reuses the buffer
@@ -652,23 +614,6 @@ func (d stateDelegate) LocalState(join bool) []byte { return d.state.LocalState(
 func (d stateDelegate) MergeRemoteState(buf []byte, join bool) {
 	d.state.MergeRemoteState(buf, join)
 }
-
-// eventDelegate forwards memberlist callbacks without ever blocking them: the
-// callbacks run inside memberlist's state machine.
-type eventDelegate struct{ l *List }
-
-func (d eventDelegate) send(t EventType, n *memberlist.Node) {
-	e := Event{Type: t, Node: n.Name, Addr: n.Address(), Time: time.Now()}
-	select {
-	case d.l.ev <- e:
-	default:
-		d.l.log.Info("membership event dropped: reader behind", "event", t.String(), "member", n.Name)
-	}
-}
-
-func (d eventDelegate) NotifyJoin(n *memberlist.Node)   { d.send(EventJoin, n) }
-func (d eventDelegate) NotifyLeave(n *memberlist.Node)  { d.send(EventLeave, n) }
-func (d eventDelegate) NotifyUpdate(n *memberlist.Node) { d.send(EventUpdate, n) }
 
 // logWriter adapts memberlist's "[LEVEL] memberlist: msg" lines to logr.
 type logWriter struct{ log logr.Logger }

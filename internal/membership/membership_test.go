@@ -391,3 +391,34 @@ func TestTwoPhaseRotationKeepsMembers(t *testing.T) {
 		}
 	}
 }
+
+// What a member says of itself (SetMeta) reaches the others, and a change
+// of it too.
+func TestMetaSpreads(t *testing.T) {
+	f := newFabric()
+	o := testOptions("key-A")
+	o.State = &recorder{} // metadata rides on the application delegate
+	ms := startCluster(t, f, 2, o, testLogger(t))
+	defer func() {
+		for _, m := range ms {
+			m.stop()
+		}
+	}()
+	waitMembers(t, ms, []string{"n1", "n2"}, 20*time.Second)
+	metaOf := func(m *member, name string) string {
+		for _, st := range m.list.States() {
+			if st.Name == name {
+				return string(st.Meta)
+			}
+		}
+		return "<absent>"
+	}
+	for _, want := range []string{"x", "yz"} {
+		ms[0].list.SetMeta([]byte(want))
+		for end := time.Now().Add(20 * time.Second); metaOf(ms[1], "n1") != want; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("n2 sees n1's meta %q, want %q", metaOf(ms[1], "n1"), want)
+			}
+		}
+	}
+}

@@ -83,6 +83,7 @@ func TestNetnsMemberHelper(t *testing.T) {
 	}, funcr.Options{})
 	o := DefaultOptions()
 	o.NodeName, o.BindAddr, o.SecretKey = name, os.Getenv("IRONLB_NSM_IP"), []byte("netns-scale")
+	o.events = newEventRecorder()
 	l, err := Start(ctx, logger, o)
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package ownership
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -26,14 +25,7 @@ func Newer(a, b Claim) bool {
 	if a.Epoch != b.Epoch {
 		return a.Epoch > b.Epoch
 	}
-	if a.Owner == b.Owner {
-		return false
-	}
-	ha, hb := Hash(a.Owner, a.Key), Hash(b.Owner, b.Key)
-	if c := bytes.Compare(ha[:], hb[:]); c != 0 {
-		return c < 0
-	}
-	return a.Owner < b.Owner
+	return HashLess(a.Owner, b.Owner, a.Key)
 }
 
 // Hash is the election hash of node for key, sha256(node + "#" + key):

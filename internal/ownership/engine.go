@@ -147,11 +147,13 @@ type Engine struct {
 
 	// distrusted: SetTrusted(false); wasActing: Acting() when last checked.
 	distrusted, wasActing bool
-	// mayWas: mayAct() when last checked; relearnUntil: see relearnFor.
-	mayWas       bool
-	relearnUntil time.Time
-	lastLapse    time.Time // last check for lapsed votes
-	drops        DropCounts
+	// mayWas: mayAct() when last checked; relearnUntil: see relearnFor;
+	// missedNews: while it could not act, a member came back or its trust
+	// did, so it may have missed decisions (it relearns before acting).
+	mayWas, missedNews bool
+	relearnUntil       time.Time
+	lastLapse          time.Time // last check for lapsed votes
+	drops              DropCounts
 }
 
 // MaxEpoch bounds claim epochs: a transition never goes past it and a claim
@@ -201,7 +203,7 @@ func (e *Engine) SetSynced(now time.Time) []Change {
 		return nil
 	}
 	e.synced, e.syncedAt = true, now
-	e.mayWas = e.mayAct()
+	e.mayWas, e.missedNews = e.mayAct(), false
 	e.wasActing = e.Acting()
 	for name, n := range e.nodes {
 		if !n.alive() && n.goneSince.IsZero() {
@@ -288,6 +290,9 @@ func (e *Engine) SetSpeaker(name string, s Speaker, now time.Time) []Change {
 	n.speaker = s
 	if s != SpeakerGone {
 		n.member = true
+		if !wasAlive && e.synced && !e.mayWas {
+			e.missedNews = true
+		}
 	}
 	if wasAlive == n.alive() {
 		return changes
@@ -392,15 +397,15 @@ func (e *Engine) Tick(now time.Time) []Change {
 		e.now = now
 	}
 	var changes []Change
-	if !e.wasActing && e.synced {
-		changes = e.actingChanged() // a relearning period may have ended
-	}
 	if now.Sub(e.lastLapse) >= time.Second {
-		// Votes that lapsed first, so that hold expiry places keys on
-		// the nodes that are placeable now.
+		// Votes that lapsed first, so that the decisions below place keys
+		// on the nodes that are placeable now.
 		e.lastLapse = now
 		changes = e.reaggregate()
 		changes = append(changes, e.forgetAndPrune()...)
+	}
+	if !e.wasActing && e.synced {
+		changes = append(changes, e.actingChanged()...) // a relearning period may have ended
 	}
 	var keys []string
 	for name := range e.away {
@@ -612,7 +617,7 @@ func (e *Engine) leastLoaded(key string, elig *NodeSet) string {
 	best, bestScore, bestLoad := "", int64(0), 0
 	e.candidates(elig, func(n string) {
 		sc, l := elig.Score(n), len(e.owned[n])
-		if best == "" || sc > bestScore || (sc == bestScore && (l < bestLoad || (l == bestLoad && hashLess(n, best, key)))) {
+		if best == "" || sc > bestScore || (sc == bestScore && (l < bestLoad || (l == bestLoad && HashLess(n, best, key)))) {
 			best, bestScore, bestLoad = n, sc, l
 		}
 	})
@@ -625,11 +630,13 @@ func better(elig *NodeSet, a, b, key string) bool {
 	if sa, sb := elig.Score(a), elig.Score(b); sa != sb {
 		return sa > sb
 	}
-	return hashLess(a, b, key)
+	return HashLess(a, b, key)
 }
 
-// hashLess orders nodes for key by Hash, then by name.
-func hashLess(a, b, key string) bool {
+// HashLess is the hash order of nodes for key, the one every component
+// uses (election's Winner and Rank, placement here, the status view): by
+// Hash, then by name, so that the order is total even on a hash tie.
+func HashLess(a, b, key string) bool {
 	ha, hb := Hash(a, key), Hash(b, key)
 	if c := bytes.Compare(ha[:], hb[:]); c != 0 {
 		return c < 0

@@ -35,7 +35,7 @@ func TestDecisions(t *testing.T) {
 	rank := func(key string, among []string) []string {
 		r := slices.Clone(among)
 		slices.SortFunc(r, func(x, y string) int {
-			if hashLess(x, y, key) {
+			if HashLess(x, y, key) {
 				return -1
 			}
 			return 1

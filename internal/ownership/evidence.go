@@ -102,6 +102,12 @@ func (e *Engine) Vote(v Vote, now time.Time) ([]Change, VoteResult) {
 		return changes, VoteUnknownNode
 	}
 	if !slices.Contains(e.Watchers(v.Node, WatchersPerNode), v.Watcher) {
+		if v.Watcher == e.opts.Self {
+			// Its own finding, withdrawn as it stopped watching: nothing
+			// a peer sent, no drop.
+			delete(n.votes, v.Watcher)
+			return changes, VoteNotWatcher
+		}
 		e.drops[DropVoteNotWatcher]++
 		return changes, VoteNotWatcher
 	}
@@ -262,13 +268,19 @@ func (e *Engine) SetTrusted(ok bool) []Change {
 		return nil
 	}
 	e.distrusted = !ok
+	if ok && e.synced && !e.mayWas {
+		e.missedNews = true // it could not hear its peers
+	}
 	return e.actingChanged()
 }
 
-// relearnFor: a replica that regains the right to act (quorum or trust back)
-// waits this long before deciding, so that the push/pull its peers' return
-// or its carrier's triggers brings the claims it missed meanwhile: a key
-// created while it was cut off must not be placed by it a second time.
+// relearnFor: a replica that regains the right to act because peers came
+// back or its trust did (it may have missed their decisions meanwhile) waits
+// this long before deciding, so that the push/pull their return or its
+// carrier's triggers brings the claims it missed: a key created while it was
+// cut off must not be placed by it a second time. Regaining it by evidence
+// alone (absent members' data paths down, a Node deleted) needs no wait: no
+// peer it could not hear decided anything.
 const relearnFor = time.Second
 
 // mayAct: synced, trusted and with quorum.
@@ -283,8 +295,11 @@ func (e *Engine) Acting() bool { return e.mayAct() && !e.now.Before(e.relearnUnt
 // decisions it deferred meanwhile are due.
 func (e *Engine) actingChanged() []Change {
 	may := e.mayAct()
-	if may && !e.mayWas && e.synced {
+	if may && !e.mayWas && e.synced && e.missedNews {
 		e.relearnUntil = e.now.Add(relearnFor)
+	}
+	if may {
+		e.missedNews = false
 	}
 	e.mayWas = may
 	acting := e.Acting()

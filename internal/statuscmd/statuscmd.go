@@ -81,7 +81,7 @@ type options struct {
 	ironlbNamespace, selector          string
 	container, output                  string
 	timeout                            time.Duration
-	local                              bool
+	local, segment                     bool
 	address                            string
 }
 
@@ -114,7 +114,7 @@ read); 2 the status could not be read.`,
 			ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
 			defer cancel()
 			if o.local {
-				if err := runLocal(ctx, o.address, args, cmd.OutOrStdout()); err != nil {
+				if err := runLocal(ctx, o.address, args, o.segment, cmd.OutOrStdout()); err != nil {
 					return &ExitError{Code: 2, Err: err}
 				}
 				return nil
@@ -133,6 +133,7 @@ read); 2 the status could not be read.`,
 	f.DurationVar(&o.timeout, "timeout", 30*time.Second, "give up after this long")
 	f.BoolVar(&o.local, "local", false, "print this speaker's own snapshot as JSON (run inside the speaker's container; what the plugin execs)")
 	f.StringVar(&o.address, "address", net.JoinHostPort("127.0.0.1", strconv.Itoa(DefaultHealthPort)), "with --local: the speaker's health server")
+	f.BoolVar(&o.segment, "segment", true, "also ask the segment who answers for each announced IP (each speaker probes its own, broadcast; another host answering is a conflict)")
 	return cmd
 }
 
@@ -157,12 +158,15 @@ func parseTarget(args []string, ns string) (statusview.Filter, error) {
 
 // runLocal prints the snapshot of the speaker whose health server is at
 // address (inside the speaker's container).
-func runLocal(ctx context.Context, address string, args []string, out io.Writer) error {
+func runLocal(ctx context.Context, address string, args []string, segment bool, out io.Writer) error {
 	f, err := parseTarget(args, "default")
 	if err != nil {
 		return err
 	}
 	q := url.Values{}
+	if segment {
+		q.Set("segment", "1")
+	}
 	if f.Service != "" {
 		q.Set("service", f.Service)
 	}
@@ -213,6 +217,7 @@ func run(ctx context.Context, o options, args []string, out io.Writer) error {
 	if err != nil {
 		return fail(err)
 	}
+	filter.Segment = o.segment
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return fail(err)
@@ -307,6 +312,11 @@ func localCommand(p *corev1.Pod, container string, f statusview.Filter) ([]strin
 		bin = c.Command[0]
 	}
 	argv := []string{bin, "status", "--local", "--address", addr}
+	if !f.Segment {
+		// Only when off: a speaker of the previous release has no such
+		// flag, and --local asks the segment by default.
+		argv = append(argv, "--segment=false")
+	}
 	switch {
 	case f.Service != "":
 		argv = append(argv, f.Service)

@@ -69,9 +69,13 @@ func TestLocalCommand(t *testing.T) {
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "speaker", Args: []string{"speaker", "--health-probe-port=17472"}}}},
 		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
 	}
-	argv, err := localCommand(pod, "speaker", statusview.Filter{Service: "default/svc1"})
+	argv, err := localCommand(pod, "speaker", statusview.Filter{Service: "default/svc1", Segment: true})
 	if want := []string{"/ironlb", "status", "--local", "--address", "127.0.0.1:17472", "default/svc1"}; err != nil || !slices.Equal(argv, want) {
 		t.Errorf("argv %q, %v; want %q", argv, err, want)
+	}
+	argv, err = localCommand(pod, "speaker", statusview.Filter{Service: "default/svc1"})
+	if want := []string{"/ironlb", "status", "--local", "--address", "127.0.0.1:17472", "--segment=false", "default/svc1"}; err != nil || !slices.Equal(argv, want) {
+		t.Errorf("argv without the segment survey %q, %v; want %q", argv, err, want)
 	}
 	if _, err := localCommand(pod, "other", statusview.Filter{}); err == nil || !strings.Contains(err.Error(), `"other"`) {
 		t.Errorf("unknown container: %v", err)
@@ -112,14 +116,14 @@ func TestRunLocal(t *testing.T) {
 	defer srv.Close()
 	addr := strings.TrimPrefix(srv.URL, "http://")
 	var out bytes.Buffer
-	if err := runLocal(t.Context(), addr, []string{"default/svc1"}, &out); err != nil || out.String() != `{"schemaVersion":1}` || query != "service=default%2Fsvc1" {
+	if err := runLocal(t.Context(), addr, []string{"default/svc1"}, false, &out); err != nil || out.String() != `{"schemaVersion":1}` || query != "service=default%2Fsvc1" {
 		t.Errorf("runLocal: %v, out %q, query %q", err, out.String(), query)
 	}
-	if err := runLocal(t.Context(), addr, []string{"172.18.255.200"}, &out); err != nil || query != "ip=172.18.255.200" {
-		t.Errorf("runLocal by IP: %v, query %q", err, query)
+	if err := runLocal(t.Context(), addr, []string{"172.18.255.200"}, true, &out); err != nil || query != "ip=172.18.255.200&segment=1" {
+		t.Errorf("runLocal by IP, asking the segment: %v, query %q", err, query)
 	}
 	srv.Close()
-	if err := runLocal(t.Context(), addr, nil, &out); err == nil {
+	if err := runLocal(t.Context(), addr, nil, false, &out); err == nil {
 		t.Error("no error with the server gone")
 	}
 }

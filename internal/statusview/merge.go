@@ -114,6 +114,12 @@ const (
 	ProblemInterfaceMissing   = "interfaceMissing"
 	ProblemSplitMembership    = "splitMembership"
 	ProblemSpeakerUnreachable = "speakerUnreachable"
+	// ProblemNoQuorum: a speaker sees fewer than a majority of the known
+	// speakers (it is cut off, or too many are away): it only learns.
+	ProblemNoQuorum = "noQuorum"
+	// ProblemNotAnswering: a speaker says it answers for none of its IPs
+	// (no valid configuration); its deputy answers for them meanwhile.
+	ProblemNotAnswering = "notAnswering"
 )
 
 // Merge combines the speakers' answers into a report. It is pure: the
@@ -144,6 +150,7 @@ func Merge(now time.Time, sources []Source) Report {
 		r.Problems = append(r.Problems, Problem{Kind: ProblemSplitMembership,
 			Message: "the speakers' memberlist views differ: " + describeViews(r.Membership.Views)})
 	}
+	r.Problems = append(r.Problems, speakerProblems(synced)...)
 	for _, name := range serviceNames(synced) {
 		ss, probs := mergeService(name, synced, byNode)
 		r.Services = append(r.Services, ss)
@@ -151,6 +158,41 @@ func Merge(now time.Time, sources []Source) Report {
 	}
 	r.Changes = mergeChanges(srcs)
 	return r
+}
+
+// speakerProblems reports the synced speakers that do not act for want of
+// quorum, and the members that say they answer for nothing, once each.
+func speakerProblems(synced []*Snapshot) []Problem {
+	var out []Problem
+	notAnswering := map[string]bool{}
+	for _, s := range synced {
+		// KnownMembers is 0 in the snapshot of a speaker that predates the
+		// quorum: no verdict on it.
+		if s.Memberlist && s.KnownMembers > 0 && !s.Quorum {
+			out = append(out, Problem{Kind: ProblemNoQuorum, Message: fmt.Sprintf(
+				"speaker %s sees %d of %d known speakers or fewer: without a majority it places and moves nothing",
+				s.Node, countAlive(s.Members), s.KnownMembers)})
+		}
+		for _, m := range s.Members {
+			if m.NotAnswering && !notAnswering[m.Name] {
+				notAnswering[m.Name] = true
+				out = append(out, Problem{Kind: ProblemNotAnswering, Message: fmt.Sprintf(
+					"speaker %s answers for none of its IPs (starting, or no valid configuration: see its ConfigurationState); its deputy answers for them", m.Name)})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Problem) int { return strings.Compare(a.Kind+a.Message, b.Kind+b.Message) })
+	return out
+}
+
+func countAlive(ms []Member) int {
+	n := 0
+	for _, m := range ms {
+		if !m.NotAnswering {
+			n++
+		}
+	}
+	return n
 }
 
 // membership compares the member sets of the synced memberlist speakers.

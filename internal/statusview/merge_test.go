@@ -366,3 +366,30 @@ func TestWriteTableAligned(t *testing.T) {
 	}
 	t.Log("\n" + b.String())
 }
+
+// A speaker without quorum, and a member that answers for nothing, are
+// problems; speakers that predate the quorum (no KnownMembers) are not.
+func TestMergeQuorumAndNotAnswering(t *testing.T) {
+	snaps := cluster()
+	for _, s := range snaps {
+		s.Quorum, s.Acting, s.KnownMembers = true, true, 3
+	}
+	if got := kinds(Merge(t0, sources(snaps)).Problems); len(got) != 0 {
+		t.Fatalf("healthy cluster: problems %v", got)
+	}
+	snaps["w2"].Quorum, snaps["w2"].Acting = false, false
+	for _, s := range snaps {
+		s.Members[2].NotAnswering = true // w3
+	}
+	got := kinds(Merge(t0, sources(snaps)).Problems)
+	if want := []string{ProblemNoQuorum, ProblemNotAnswering}; !slices.Equal(got, want) {
+		t.Fatalf("problems %v, want %v (one each)", got, want)
+	}
+	for _, s := range snaps {
+		s.KnownMembers = 0
+		s.Members[2].NotAnswering = false
+	}
+	if got := kinds(Merge(t0, sources(snaps)).Problems); len(got) != 0 {
+		t.Fatalf("speakers of the previous release (no KnownMembers): problems %v", got)
+	}
+}

@@ -9,7 +9,10 @@
 // are derived, by the speaker, from its own informer cache.
 package statusview
 
-import "time"
+import (
+	"net/netip"
+	"time"
+)
 
 // SchemaVersion is the version of Snapshot's JSON form. A reader refuses a
 // snapshot of another version rather than misread it; fields are only ever
@@ -35,6 +38,12 @@ type Snapshot struct {
 	// HealthScore is memberlist's Lifeguard score of this speaker (0 is
 	// healthy; higher means it is missing acks itself).
 	HealthScore int `json:"healthScore,omitempty"`
+	// Quorum: it sees a majority of the known membership (KnownMembers)
+	// alive; Acting: it makes ownership decisions (synced, with quorum,
+	// trusting its own view). A speaker that does not act only learns.
+	Quorum       bool `json:"quorum"`
+	Acting       bool `json:"acting"`
+	KnownMembers int  `json:"knownMembers,omitempty"`
 	// Members is this speaker's memberlist view, sorted by name.
 	Members []Member `json:"members,omitempty"`
 	// Nodes is what this speaker's ownership engine knows of every node.
@@ -48,13 +57,25 @@ type Snapshot struct {
 	Proxies []Proxy `json:"proxies,omitempty"`
 	// Changes are this speaker's recent owner changes, oldest first.
 	Changes []Change `json:"changes,omitempty"`
+	// Surveyed is how many of the IPs it announces this speaker asked the
+	// segment about (Filter.Segment), and Unsurveyed how many it left out
+	// (MaxSurvey).
+	Surveyed   int `json:"surveyed,omitempty"`
+	Unsurveyed int `json:"unsurveyed,omitempty"`
 }
+
+// MaxSurvey bounds the IPs one speaker asks the segment about for one
+// status call; name a Service or an IP to ask about others.
+const MaxSurvey = 512
 
 // Member is one memberlist member.
 type Member struct {
 	Name  string `json:"name"`
 	Addr  string `json:"addr,omitempty"`
 	State string `json:"state"` // alive or suspect
+	// NotAnswering: it says it does not answer for its IPs (starting, or
+	// without a valid configuration); it is held like a speaker that is away.
+	NotAnswering bool `json:"notAnswering,omitempty"`
 }
 
 // Node is what a speaker's ownership engine knows of one node.
@@ -70,6 +91,9 @@ type Node struct {
 	Deputy string `json:"deputy,omitempty"`
 	// Owned is how many keys it owns.
 	Owned int `json:"owned"`
+	// Votes are its watchers' findings on its data path this speaker
+	// holds, by watcher (up, down, unknown).
+	Votes map[string]string `json:"votes,omitempty"`
 }
 
 // Node speaker states and data-path verdicts, as ownership spells them.
@@ -113,12 +137,19 @@ type Service struct {
 	Conflict *Conflict `json:"conflict,omitempty"`
 }
 
-// Key is the Service's ownership key, its first IP.
+// Key is the Service's ownership key, its smallest IP (IPv4 before IPv6),
+// as the speaker's.
 func (s Service) Key() string {
-	if len(s.IPs) == 0 {
+	var key netip.Addr
+	for _, ip := range s.IPs {
+		if a, err := netip.ParseAddr(ip); err == nil && (!key.IsValid() || a.Less(key)) {
+			key = a
+		}
+	}
+	if !key.IsValid() {
 		return ""
 	}
-	return s.IPs[0]
+	return key.String()
 }
 
 // Conflict is another host answering for an announced IP.
@@ -152,6 +183,10 @@ type Change struct {
 type Filter struct {
 	Service string `json:"service,omitempty"`
 	IP      string `json:"ip,omitempty"`
+	// Segment: the speaker also asks the segment who answers for the IPs
+	// it announces (ARP/NDP probes, broadcast); another host answering is
+	// reported as the Service's Conflict.
+	Segment bool `json:"segment,omitempty"`
 }
 
 // Match reports whether a Service with name and ips passes the filter.

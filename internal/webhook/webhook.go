@@ -13,11 +13,9 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -176,16 +174,9 @@ func (v *Validator) list(ctx context.Context) ([]v1beta1.IPAddressPool, []v1beta
 		return nil, nil, fmt.Errorf("listing L2Advertisements in %s: %w", v.Namespace, err)
 	}
 	// Oldest first, so a conflict between two stored objects is blamed on the newer.
-	slices.SortStableFunc(pools.Items, func(a, b v1beta1.IPAddressPool) int { return olderFirst(&a.ObjectMeta, &b.ObjectMeta) })
-	slices.SortStableFunc(ads.Items, func(a, b v1beta1.L2Advertisement) int { return olderFirst(&a.ObjectMeta, &b.ObjectMeta) })
+	slices.SortStableFunc(pools.Items, func(a, b v1beta1.IPAddressPool) int { return config.OlderFirst(&a.ObjectMeta, &b.ObjectMeta) })
+	slices.SortStableFunc(ads.Items, func(a, b v1beta1.L2Advertisement) int { return config.OlderFirst(&a.ObjectMeta, &b.ObjectMeta) })
 	return pools.Items, ads.Items, nil
-}
-
-func olderFirst(a, b *metav1.ObjectMeta) int {
-	if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
-		return c
-	}
-	return strings.Compare(a.Name, b.Name)
 }
 
 // replace drops the item named like obj and appends obj, so obj is parsed last and

@@ -1,10 +1,11 @@
-package speaker
+package configload
 
 import (
 	"testing"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -13,30 +14,37 @@ import (
 	"github.com/ironlb/ironlb/internal/k8smetrics"
 )
 
+const testNS = "metallb-system"
+
+// load is the speaker's way to load: Namespaces not read.
+func (l *Loader) load(log logr.Logger, pools []v1beta1.IPAddressPool, ads []v1beta1.L2Advertisement) *config.Config {
+	cfg, _ := l.Load(log, pools, ads, nil)
+	return cfg
+}
+
 // The speaker publishes MetalLB's k8s_client config metrics: loaded once a
 // configuration parsed, stale while a newer one fails and the older one is in
 // use, one update error per refused configuration (not per reconcile).
 func TestConfigMetrics(t *testing.T) {
-	k8smetrics.ConfigLoaded.Set(0)
-	k8smetrics.ConfigStale.Set(0)
-	errs0 := testutil.ToFloat64(k8smetrics.UpdateErrors)
+	m := k8smetrics.New(prometheus.NewRegistry())
+	errs0 := testutil.ToFloat64(m.UpdateErrors)
 	pool := func(addr string) []v1beta1.IPAddressPool {
 		return []v1beta1.IPAddressPool{{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "p1", ResourceVersion: addr},
 			Spec: v1beta1.IPAddressPoolSpec{Addresses: []string{addr}}}}
 	}
 	check := func(step string, loaded, stale, errs float64) {
 		t.Helper()
-		if got := testutil.ToFloat64(k8smetrics.ConfigLoaded); got != loaded {
+		if got := testutil.ToFloat64(m.ConfigLoaded); got != loaded {
 			t.Errorf("%s: config_loaded_bool = %v, want %v", step, got, loaded)
 		}
-		if got := testutil.ToFloat64(k8smetrics.ConfigStale); got != stale {
+		if got := testutil.ToFloat64(m.ConfigStale); got != stale {
 			t.Errorf("%s: config_stale_bool = %v, want %v", step, got, stale)
 		}
-		if got := testutil.ToFloat64(k8smetrics.UpdateErrors) - errs0; got != errs {
+		if got := testutil.ToFloat64(m.UpdateErrors) - errs0; got != errs {
 			t.Errorf("%s: update_errors_total grew by %v, want %v", step, got, errs)
 		}
 	}
-	s := &cfgState{}
+	s := &Loader{Metrics: m}
 	log := logr.Discard()
 
 	if cfg := s.load(log, pool("not-an-address"), nil); cfg != nil {
@@ -67,7 +75,7 @@ func TestConfigMetrics(t *testing.T) {
 func TestConfigParsedOnlyWhenContentChanges(t *testing.T) {
 	var lines []string
 	log := funcr.New(func(_, args string) { lines = append(lines, args) }, funcr.Options{})
-	s := &cfgState{}
+	s := &Loader{}
 	p := v1beta1.IPAddressPool{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "p1", ResourceVersion: "1", Labels: map[string]string{"zone": "a"}},
 		Spec: v1beta1.IPAddressPoolSpec{Addresses: []string{"172.18.255.200-172.18.255.250"}}}
 	ad := v1beta1.L2Advertisement{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "a1", ResourceVersion: "2"}}

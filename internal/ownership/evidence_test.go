@@ -1,0 +1,110 @@
+package ownership
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestVotesAreEvidence: a vote counts only from the node's watchers, the
+// latest per watcher wins, a majority of watchers moves the node's keys,
+// and what a replica refuses is counted.
+func TestVotesAreEvidence(t *testing.T) {
+	nodes := []string{"a", "b", "c", "d", "e"}
+	e, all := cluster(t, "a", Options{Hold: 30 * time.Second}, nodes...)
+	e.SetKey("k", all)
+	first := owner(t, e, "k")
+	ws := e.Watchers(first, WatchersPerNode)
+	var outsider string
+	for _, n := range nodes {
+		if n != first && !slices.Contains(ws, n) {
+			outsider = n
+		}
+	}
+	vote := func(w string, p Path, seq uint64) VoteResult {
+		_, res := e.Vote(Vote{Node: first, Watcher: w, Path: p, Seq: seq}, t0)
+		return res
+	}
+	if res := vote(outsider, PathDown, 1); res != VoteNotWatcher {
+		t.Fatalf("a vote from %s, not a watcher of %s (%v): %s", outsider, first, ws, res)
+	}
+	if res := vote(ws[0], PathDown, 5); res != VoteAccepted {
+		t.Fatalf("a watcher's vote: %s", res)
+	}
+	if owner(t, e, "k") != first {
+		t.Fatalf("one watcher of three moved the key")
+	}
+	if res := vote(ws[0], PathUp, 4); res != VoteStale {
+		t.Fatalf("an older vote: %s", res)
+	}
+	if _, res := e.Vote(Vote{Node: "stranger", Watcher: ws[0], Path: PathDown, Seq: 9}, t0); res != VoteUnknownNode {
+		t.Fatalf("a vote about an unknown node: %s", res)
+	}
+	vote(ws[1], PathDown, 6)
+	if got := owner(t, e, "k"); got == first {
+		t.Fatalf("two watchers of three vote down, the key stays on %s", got)
+	}
+	d := e.Drops()
+	if d[DropVoteNotWatcher] != 1 || d[DropVoteStale] != 1 || d[DropVoteUnknownNode] != 1 {
+		t.Fatalf("drops %v, want one of each vote kind", d)
+	}
+}
+
+// TestQuorum: only a replica that sees a majority of the known membership
+// acts; of equal halves, the one holding the first name; the membership
+// shrinks by Forget and by members gone memberForget, as judged by a replica
+// that acts; a replica that regains quorum relearns before it decides.
+func TestQuorum(t *testing.T) {
+	nodes := []string{"a", "b", "c", "d"}
+	gone := func(e *Engine, now time.Time, ns ...string) {
+		for _, n := range ns {
+			e.SetSpeaker(n, SpeakerGone, now)
+		}
+	}
+	a, _ := cluster(t, "a", Options{}, nodes...)
+	gone(a, t0, "c", "d")
+	if !a.Quorum() {
+		t.Error("a with b, two of four including the first name: no quorum")
+	}
+	d, all := cluster(t, "d", Options{}, nodes...)
+	gone(d, t0, "a", "b")
+	if d.Quorum() {
+		t.Error("d with c, two of four without the first name: quorum")
+	}
+	// A minority places nothing.
+	if c := d.SetKey("k", all); len(c) != 0 || owner(t, d, "k") != "" {
+		t.Fatalf("d without quorum placed a key: %v", c)
+	}
+	// a comes back: d may have missed what the others decided while it
+	// could not hear them, so it relearns before deciding.
+	if c := d.SetSpeaker("a", SpeakerAlive, t0); len(c) != 0 {
+		t.Fatalf("decided at once on regaining quorum by a member's return, before relearning: %v", c)
+	}
+	if !d.Quorum() || d.Acting() {
+		t.Fatalf("a back: quorum %v (want true), acting %v (want false while relearning)", d.Quorum(), d.Acting())
+	}
+	if c := d.Tick(t0.Add(relearnFor)); len(c) != 1 || c[0].Reason != ReasonPlaced {
+		t.Fatalf("after relearning, the deferred placement: %v", c)
+	}
+	// The cluster shrank instead: a's Node was deleted, leaving c and d of
+	// three. That is evidence, not a return: it acts at once.
+	f, all2 := cluster(t, "d", Options{}, nodes...)
+	gone(f, t0, "a", "b")
+	f.SetKey("k", all2)
+	if c := f.Forget("a"); !f.Acting() || len(c) != 1 {
+		t.Fatalf("after Forget: acting %v, changes %v; want the placement at once", f.Acting(), c)
+	}
+	// Three of five alive: members gone for memberForget are forgotten by
+	// a replica that acts, and it keeps acting when two more go.
+	nodes = []string{"a", "b", "c", "d", "e"}
+	e, _ := cluster(t, "e", Options{}, nodes...)
+	gone(e, t0, "a", "b")
+	e.Tick(t0.Add(memberForget))
+	if total, alive := e.Members(); total != 3 || alive != 3 {
+		t.Fatalf("after memberForget: %d members, %d alive; want 3 and 3", total, alive)
+	}
+	gone(e, t0.Add(memberForget), "c")
+	if !e.Quorum() {
+		t.Error("e with d, two of the three members left: no quorum")
+	}
+}
