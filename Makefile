@@ -145,7 +145,7 @@ test-unit: ## Run the Go tests (envtest suites use the API server in ./bin); roo
 
 .PHONY: test-e2e
 test-e2e: image lab $(HELM) $(PROMETHEUS) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Run the e2e suite (root): brings the lab up, installs the chart, runs test/e2e, tears the lab down.
-	go test -json -tags e2e ./test/e2e -count=1 -v -timeout 20m $(E2E_FLAGS) | $(TEST_SUMMARY) -v
+	go test -json -tags e2e ./test/e2e -count=1 -v -timeout 30m $(E2E_FLAGS) | $(TEST_SUMMARY) -v
 
 .PHONY: bench-failover
 bench-failover: image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Failover figures in the lab (root): hard kills (E2E_FAILOVER_KILLS=20) and graceful speaker restarts (E2E_GRACEFUL_RUNS=5), IPv4 or E2E_FAILOVER_FAMILY=ipv6 (docs/benchmarks-e2e.md).
@@ -168,6 +168,13 @@ bench-saturation: image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) #
 .PHONY: bench-metallb
 bench-metallb: metallb image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## ironlb and MetalLB v0.16.2 side by side in one lab (root): speaker rolling restarts (E2E_VS_ROLLS=3), creates (E2E_VS_CREATE=10), hard kills (E2E_VS_KILLS=20), ratios (docs/benchmarks-metallb.md).
 	LAB_PROMETHEUS=0 go test -tags e2e ./test/e2e -run '^$$' -bench VersusMetalLB -benchtime 1x -timeout 90m -v
+
+.PHONY: bench-chaos
+bench-chaos: image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## The nemesis for E2E_NEMESIS_DURATION=30m in the lab (root): random faults, one or two at a time (seed printed; E2E_NEMESIS_SEED=N replays it, E2E_NEMESIS_FAULTS picks kinds), checked from mypc; prints the report (docs/benchmarks-e2e.md#nemesis).
+	LAB_PROMETHEUS=0 go test -tags e2e ./test/e2e -run '^$$' -bench 'Chaos$$' -benchtime 1x -timeout $(BENCH_CHAOS_TIMEOUT) -v
+
+# bench-chaos's go test timeout: its 30 minutes of faults plus the lab and the recoveries.
+BENCH_CHAOS_TIMEOUT ?= 3h
 
 .PHONY: bench-controller
 bench-controller: ## Benchmark the controller on envtest: create->IP latency, 10,000 Services, restart (docs/benchmarks.md).

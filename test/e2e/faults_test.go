@@ -177,7 +177,7 @@ func (e *Env) controlPlaneOutage(t *testing.T, daemon string, sig syscall.Signal
 // namespaces is Ready: after an outage, Kubernetes' node lifecycle controller
 // may mark nodes and their pods not Ready until the nodes' agents report
 // again, and the next test must not inherit that.
-func (e *Env) waitClusterReady(t *testing.T, when string) {
+func (e *Env) waitClusterReady(t testing.TB, when string) {
 	t.Helper()
 	start := time.Now()
 	var seen []string // what was not Ready at some point, for the log

@@ -142,6 +142,40 @@ func (h LabHosts) SetNodeLink(ctx context.Context, node string, up bool) error {
 	return err
 }
 
+// SetNodePortLoss makes node's switch port and its eth0 drop percent of the
+// packets they send (tc netem; 0 removes it): loss both ways on its segment.
+// It fails on a kernel without sch_netem ("Specified qdisc kind is unknown").
+func (h LabHosts) SetNodePortLoss(ctx context.Context, node string, percent int) error {
+	topo, err := h.Lab.Topology()
+	if err != nil {
+		return err
+	}
+	host, ok := topo.Host(node)
+	if !ok || !host.Node {
+		return fmt.Errorf("no node %q in the lab", node)
+	}
+	var errs []error
+	for _, dev := range [][2]string{{topo.SwitchNS(), host.SwitchPort()}, {host.NS(), "eth0"}} {
+		args := []string{"ip", "netns", "exec", dev[0], "tc", "qdisc", "replace", "dev", dev[1], "root", "netem", "loss", fmt.Sprintf("%d%%", percent)}
+		if percent == 0 {
+			args = []string{"ip", "netns", "exec", dev[0], "tc", "qdisc", "del", "dev", dev[1], "root"}
+		}
+		if out, err := runLocal(ctx, args...); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(out)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// runLocal runs a command on this machine and returns its combined output.
+func runLocal(ctx context.Context, argv ...string) (string, error) {
+	var b bytes.Buffer
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = &b, &b
+	err := cmd.Run()
+	return b.String(), err
+}
+
 func (h LabHosts) StopDaemon(ctx context.Context, name string, sig syscall.Signal) error {
 	return h.Lab.StopProcess(ctx, name, sig)
 }

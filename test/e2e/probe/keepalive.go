@@ -33,6 +33,9 @@ type KeepAliveOptions struct {
 	// ReadyFile, when set, is created once every connection has completed a
 	// request: the caller's cue that the connections are established.
 	ReadyFile string
+	// onReady, when set, is called (once) at the same moment: RunChaos
+	// waits for the connections of every target.
+	onReady func()
 }
 
 // How an established connection was lost.
@@ -122,8 +125,14 @@ func RunKeepAlive(ctx context.Context, o KeepAliveOptions) (KeepAliveReport, err
 	var pending atomic.Int32
 	pending.Store(int32(o.Conns))
 	ready := func() {
-		if pending.Add(-1) == 0 && o.ReadyFile != "" {
+		if pending.Add(-1) != 0 {
+			return
+		}
+		if o.ReadyFile != "" {
 			_ = os.WriteFile(o.ReadyFile, nil, 0o644) // the caller times out waiting for it and says so
+		}
+		if o.onReady != nil {
+			o.onReady()
 		}
 	}
 	for i := range conns {

@@ -3,7 +3,10 @@
 // prints one line per request; with --keepalive N it also keeps N persistent
 // connections busy and prints one JSON summary of both instead; with --arp it
 // asks for an address by ARP (IPv4) or NDP (IPv6) every interval and prints every
-// ARP packet or Neighbor Advertisement the address's holder sends (see package probe).
+// ARP packet or Neighbor Advertisement the address's holder sends (see package probe); with
+// --chaos IP,IP... it is the nemesis's checker: all three at once on every IP (ARP every
+// --arp-interval, --keepalive persistent connections, a new connection every --interval),
+// printing every record and a JSON summary (probe.WriteChaos).
 package main
 
 import (
@@ -13,6 +16,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -27,6 +31,8 @@ func main() {
 		ao       probe.ARPOptions
 		arpIP    string
 		newConns bool
+		chaos    string
+		arpEvery time.Duration
 	)
 	flag.StringVar(&o.URL, "url", "", "URL to GET")
 	flag.StringVar(&arpIP, "arp", "", "instead of HTTP, ask for this address by ARP (IPv4) or Neighbor Solicitation (IPv6)")
@@ -40,12 +46,16 @@ func main() {
 	flag.DurationVar(&ko.Timeout, "keepalive-timeout", 0, "--keepalive: dial and request timeout; longer counts as a broken connection (default 2s)")
 	flag.StringVar(&ko.ReadyFile, "ready-file", "", "--keepalive: create this file once every connection has answered once")
 	flag.BoolVar(&newConns, "new-conns", true, "--keepalive: run the new-connection probe beside the persistent connections")
+	flag.StringVar(&chaos, "chaos", "", "the nemesis's checker: comma-separated IPs, each asked for by ARP/NDP every --arp-interval, with --keepalive connections and a new connection every --interval")
+	flag.DurationVar(&arpEvery, "arp-interval", 0, "--chaos: time between ARP requests for each IP (default 100ms)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
 	var err error
 	switch {
+	case chaos != "":
+		err = runChaos(ctx, chaos, arpEvery, o, ko)
 	case arpIP != "":
 		ao.Target, err = netip.ParseAddr(arpIP)
 		if err != nil {
@@ -104,6 +114,30 @@ func runSummary(ctx context.Context, o probe.Options, ko probe.KeepAliveOptions,
 		rep.NewConns = probe.SummarizeNewConns(recs, interval)
 	}
 	return probe.WriteReport(os.Stdout, rep)
+}
+
+// runChaos runs probe.RunChaos on the comma-separated IPs until the stop
+// file, --duration or a signal, and prints its records and summary.
+func runChaos(ctx context.Context, ips string, arpEvery time.Duration, o probe.Options, ko probe.KeepAliveOptions) error {
+	co := probe.ChaosOptions{ARPInterval: arpEvery, KeepAlive: ko.Conns, KeepAliveInterval: ko.Interval, KeepAliveTimeout: ko.Timeout,
+		NewConnInterval: o.Interval, NewConnTimeout: o.Timeout}
+	for _, s := range strings.Split(ips, ",") {
+		ip, err := netip.ParseAddr(strings.TrimSpace(s))
+		if err != nil {
+			return fmt.Errorf("--chaos %q: %w", ips, err)
+		}
+		co.Targets = append(co.Targets, ip)
+	}
+	if ko.ReadyFile != "" {
+		co.OnReady = func() { _ = os.WriteFile(ko.ReadyFile, nil, 0o644) } // the caller times out waiting for it and says so
+	}
+	ctx, cancel := probe.StopWhen(ctx, o.StopFile, o.Duration)
+	defer cancel()
+	rep, err := probe.RunChaos(ctx, co)
+	if werr := probe.WriteChaos(os.Stdout, rep); werr != nil && err == nil {
+		err = werr
+	}
+	return err
 }
 
 func fail(code int, err error) {
