@@ -543,6 +543,11 @@ func (o *owners) SetTrusted(ok bool) {
 	o.do(func(sc *scope) []ownership.Change { return o.eng.SetTrusted(ok) })
 }
 
+// SetSpeakerNodes tells ownership which nodes run a speaker Pod.
+func (o *owners) SetSpeakerNodes(nodes []string) {
+	o.do(func(sc *scope) []ownership.Change { return o.eng.SetSpeakerNodes(nodes) })
+}
+
 // Forget removes a node whose Node object was deleted from the membership
 // the quorum counts.
 func (o *owners) Forget(node string) {

@@ -360,7 +360,7 @@ func Run(ctx context.Context, opts Options) error {
 	// the prober of the health loop, so only with memberlist.
 	var survey func(ctx context.Context, addr netip.Addr, window time.Duration) ([]layer2.SurveyAnswer, layer2.ProbeReason, error)
 	if ml != nil {
-		if err := (&peerReconciler{Client: mgr.GetClient(), log: log.WithName("peers"), opts: opts, ml: ml, ready: &joined}).setup(mgr); err != nil {
+		if err := (&peerReconciler{Client: mgr.GetClient(), log: log.WithName("peers"), opts: opts, ml: ml, own: own, ready: &joined}).setup(mgr); err != nil {
 			return err
 		}
 		// Do not wait forever if peer discovery is broken: after a bound,
@@ -469,6 +469,7 @@ type peerReconciler struct {
 	log   logr.Logger
 	opts  Options
 	ml    *membership.List
+	own   *owners
 	ready *atomic.Bool
 }
 
@@ -488,12 +489,19 @@ func (p *peerReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (re
 		return reconcile.Result{}, err
 	}
 	var addrs []string
+	// Every node that runs a speaker counts in ownership's quorum, seen by
+	// memberlist yet or not (ownership.Engine.SetSpeakerNodes).
+	nodes := []string{p.opts.NodeName}
 	for _, pod := range pods.Items {
+		if pod.Spec.NodeName != "" && pod.DeletionTimestamp == nil {
+			nodes = append(nodes, pod.Spec.NodeName)
+		}
 		if pod.Name == p.opts.PodName || pod.Status.PodIP == "" || pod.DeletionTimestamp != nil {
 			continue
 		}
 		addrs = append(addrs, net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(p.opts.MLBindPort)))
 	}
+	p.own.SetSpeakerNodes(nodes)
 	p.ml.SetPeers(addrs) // joins synchronously the peers not yet members
 	if p.ready.Load() {
 		return reconcile.Result{}, nil

@@ -114,9 +114,10 @@ type nodeState struct {
 	expired   bool // the hold ran out (processed once)
 	// path is the aggregate of votes (pathOf), never set directly.
 	path Path
-	// member: seen as a memberlist member; counts in the quorum, as does an
-	// owner of active keys, until forgotten (Forget, or gone memberForget).
-	member, forgotten bool
+	// member: seen as a memberlist member; expected: it runs a speaker Pod
+	// (SetSpeakerNodes). Either counts in the quorum, as does an owner of
+	// active keys, until forgotten (Forget, or gone memberForget).
+	member, expected, forgotten bool
 	// votes are the findings of its watchers, by watcher (evidence.go).
 	votes map[string]vote
 }

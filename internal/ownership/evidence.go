@@ -239,7 +239,7 @@ func (e *Engine) members() (total, alive int, firstAlive bool) {
 		// the others (its join failed, a key it cannot use) knows them
 		// only from the claims it was seeded with, and must not be a
 		// majority of one.
-		if name == self || n.forgotten || !n.member && len(e.owned[name]) == 0 {
+		if name == self || n.forgotten || !n.member && !n.expected && len(e.owned[name]) == 0 {
 			continue
 		}
 		total++
@@ -251,6 +251,32 @@ func (e *Engine) members() (total, alive int, firstAlive bool) {
 		}
 	}
 	return total, alive, firstAlive
+}
+
+// SetSpeakerNodes tells the replica which nodes run a speaker (the speaker
+// Pods the API server lists, with itself): they count in the quorum's
+// membership whether or not memberlist has shown them yet. A speaker that
+// restarted cut off from its peers (its join failed, or it cannot read their
+// traffic: a memberlist key they do not send with yet) knows from them how
+// many peers it lacks, and is no majority of one.
+func (e *Engine) SetSpeakerNodes(nodes []string) []Change {
+	want := make(map[string]bool, len(nodes))
+	for _, name := range nodes {
+		want[name] = true
+		if name == e.opts.Self {
+			continue
+		}
+		n := e.node(name)
+		if !n.expected {
+			n.expected, n.forgotten = true, false
+		}
+	}
+	for name, n := range e.nodes {
+		if n.expected && !want[name] {
+			n.expected = false
+		}
+	}
+	return e.settle(nil)
 }
 
 // Forget removes node from the membership the quorum counts (its Node object
@@ -370,7 +396,7 @@ func (e *Engine) forgetAndPrune() []Change {
 		if !n.forgotten && (n.member || len(e.owned[name]) > 0) && acting && gone >= memberForget {
 			n.member, n.forgotten, forgot = false, true, true
 		}
-		if !n.member && gone >= inactiveTTL && len(e.owned[name]) == 0 && len(n.votes) == 0 {
+		if !n.member && !n.expected && gone >= inactiveTTL && len(e.owned[name]) == 0 && len(n.votes) == 0 {
 			delete(e.nodes, name)
 			delete(e.away, name)
 			e.ringDirty = true

@@ -131,3 +131,33 @@ func TestRestartedAloneHasNoQuorum(t *testing.T) {
 		t.Fatalf("moved keys without quorum past the hold: %v", c)
 	}
 }
+
+// TestSpeakerNodesCount: the nodes that run a speaker Pod count in the
+// quorum even before memberlist shows them, so a speaker restarted cut off
+// from its peers, with no claim naming them or only some (a tie-break it
+// would win by name), acts on nothing.
+func TestSpeakerNodesCount(t *testing.T) {
+	nodes := []string{"a", "b", "c", "d"}
+	all := NewInterner().Intern(nodes, nil)
+	e := New(Options{Self: "a", Hold: 30 * time.Second})
+	e.SetSpeaker("a", SpeakerAlive, t0)
+	e.Merge([]Claim{{Key: "k1", Owner: "b"}}) // one seed: a alone would be half of {a, b}, first by name
+	e.SetKey("k1", all)
+	e.SetKey("k2", all)
+	e.SetSpeakerNodes(nodes)
+	if c := e.SetSynced(t0); len(c) != 0 {
+		t.Fatalf("decided at sync: %v", c)
+	}
+	if total, alive := e.Members(); e.Quorum() || total != 4 || alive != 1 {
+		t.Fatalf("quorum %v with %d of %d members alive, want none with 1 of 4", e.Quorum(), alive, total)
+	}
+	if c := e.Tick(t0.Add(time.Minute)); len(c) != 0 || owner(t, e, "k2") != "" {
+		t.Fatalf("placed or moved keys without quorum: %v", c)
+	}
+	// c's and d's speaker Pods removed for good: a is half of {a, b} and
+	// holds the first name.
+	e.SetSpeakerNodes([]string{"a", "b"})
+	if total, _ := e.Members(); !e.Quorum() || total != 2 {
+		t.Errorf("speakers only on a and b: quorum %v with %d members, want quorum with 2", e.Quorum(), total)
+	}
+}

@@ -33,7 +33,7 @@ import (
 // and a new connection every 20 ms per IP); then package nemesis judges the
 // records against the schedule's truth of which data paths were down.
 //
-//	E2E_NEMESIS_SEED      replay a schedule (default: drawn from the clock, printed)
+//	E2E_NEMESIS_SEED      replay a schedule (default: TestNemesis nemesisTestSeed, BenchmarkChaos drawn from the clock; printed)
 //	E2E_NEMESIS_DURATION  faults and quiet times in all (TestNemesis 3m30s, BenchmarkChaos 30m)
 //	E2E_NEMESIS_FAULTS    comma-separated fault kinds (default all; nemesis.AllKinds)
 //	E2E_NEMESIS_QUIET     quiet time after each episode (default 8s; e.g. 7m to watch a key
@@ -49,13 +49,20 @@ const (
 	arpEvery = 100 * time.Millisecond
 )
 
+// nemesisTestSeed is TestNemesis's schedule, fixed so that `make test` is
+// deterministic (BenchmarkChaos draws a new one every run): it was drawn at
+// random and found the restart-mid-rotation bug (a key rotation, a speaker
+// restarted while it is in its phases, then a node's outgoing memberlist
+// traffic lost), and covers cable pulls, partitions, freezes and kills too.
+const nemesisTestSeed = 20261128
+
 // TestNemesis runs a short nemesis scenario and requires issue 25's targets:
 // 0 needless moves, no dual-answer interval over 1 s, every IP answered
 // again within 1 s under a single fault that leaves a majority up,
 // convergence within 2 s of every heal.
 func TestNemesis(t *testing.T) {
 	e := requireEnv(t)
-	rep, _ := e.runNemesis(t, 3*time.Minute+30*time.Second)
+	rep, _ := e.runNemesis(t, 3*time.Minute+30*time.Second, nemesisTestSeed)
 	for _, v := range rep.Violations {
 		t.Error(v)
 	}
@@ -69,7 +76,7 @@ func TestNemesis(t *testing.T) {
 func BenchmarkChaos(b *testing.B) {
 	e := benchEnv(b)
 	for i := 0; i < b.N; i++ {
-		rep, sched := e.runNemesis(b, 30*time.Minute)
+		rep, sched := e.runNemesis(b, 30*time.Minute, 0)
 		var needless, dual, faults int
 		for _, w := range rep.Windows {
 			needless += w.NeedlessMoves
@@ -91,7 +98,7 @@ func BenchmarkChaos(b *testing.B) {
 
 // runNemesis draws the schedule, applies it in the lab while mypc runs the
 // checker's probes, and returns the checker's report (logged in full).
-func (e *Env) runNemesis(t testing.TB, defaultDur time.Duration) (nemesis.Report, nemesis.Schedule) {
+func (e *Env) runNemesis(t testing.TB, defaultDur time.Duration, defaultSeed uint64) (nemesis.Report, nemesis.Schedule) {
 	h, ok := e.Hosts.(nemesisHosts)
 	if !ok {
 		t.Skip("the nemesis needs hosts that can kill nodes, cut links, signal speakers and stop the API server (the lab)")
@@ -107,7 +114,10 @@ func (e *Env) runNemesis(t testing.TB, defaultDur time.Duration) (nemesis.Report
 		}
 		dur = d
 	}
-	seed := uint64(time.Now().UnixNano() % 1_000_000_000)
+	seed := defaultSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano() % 1_000_000_000)
+	}
 	if v := os.Getenv("E2E_NEMESIS_SEED"); v != "" {
 		s, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
