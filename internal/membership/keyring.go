@@ -7,7 +7,7 @@ import (
 )
 
 // RetireOldKeys removes every key but the primary from the keyring and returns how
-// many it removed. SetSecretKey keeps the previous keys so that members which have
+// many it removed. A rotation (InstallKey, UseKey) keeps the previous keys so that members which have
 // not switched yet are still understood; once every member has had time to load the
 // rotated Secret, the old keys must go, or a leaked key keeps decrypting and
 // forging memberlist traffic for as long as the speakers run. A member still on a

@@ -321,31 +321,6 @@ func (l *List) Members() []string {
 	return out
 }
 
-// SetSecretKey switches encryption to a new secret (the memberlist Secret was
-// rotated). Previous keys are kept for decryption, so members that have not
-// switched yet are still understood; the new key encrypts from now on. It is an
-// error to set a key when the list was started without encryption.
-func (l *List) SetSecretKey(secret []byte) error {
-	if l.keyring == nil {
-		return errors.New("memberlist was started without encryption; restart to enable it")
-	}
-	k := SecretKeyFromSecret(secret)
-	if len(k) == 0 {
-		return errors.New("empty memberlist secret key")
-	}
-	if bytes.Equal(l.keyring.GetPrimaryKey(), k) {
-		return nil
-	}
-	if err := l.keyring.AddKey(k); err != nil {
-		return fmt.Errorf("add memberlist key: %w", err)
-	}
-	if err := l.keyring.UseKey(k); err != nil {
-		return fmt.Errorf("use memberlist key: %w", err)
-	}
-	l.log.Info("memberlist key rotated", "keys", len(l.keyring.GetKeys()))
-	return nil
-}
-
 // PrimaryKey returns the key that encrypts outgoing traffic (nil without
 // encryption), to verify a rotation took effect.
 func (l *List) PrimaryKey() []byte {

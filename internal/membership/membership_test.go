@@ -253,7 +253,7 @@ func TestKeyRotation(t *testing.T) {
 	}()
 	waitMembers(t, ms, []string{"n1", "n2"}, 20*time.Second)
 	for _, m := range ms {
-		if err := m.list.SetSecretKey([]byte("key-B")); err != nil {
+		if err := m.list.UseKey([]byte("key-B")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -265,8 +265,8 @@ func TestKeyRotation(t *testing.T) {
 	waitMembers(t, append(ms, newcomer), []string{"n1", "n2", "n3"}, 20*time.Second)
 
 	plain := &List{}
-	if err := plain.SetSecretKey([]byte("x")); err == nil {
-		t.Error("SetSecretKey on an unencrypted list must fail")
+	if err := plain.UseKey([]byte("x")); err == nil {
+		t.Error("UseKey on an unencrypted list must fail")
 	}
 }
 
@@ -285,7 +285,7 @@ func TestKeyRetirement(t *testing.T) {
 	}()
 	waitMembers(t, ms, []string{"n1", "n2"}, 20*time.Second)
 	for _, m := range ms {
-		if err := m.list.SetSecretKey([]byte("key-B")); err != nil {
+		if err := m.list.UseKey([]byte("key-B")); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -73,16 +73,23 @@ func AppendClaims(buf []byte, claims ...Claim) []byte {
 // memberlist's handler queue, which drops what overflows). A claim that does
 // not fit maxBytes on its own gets a message of its own.
 func PackClaims(claims []Claim, maxBytes int) [][]byte {
+	return pack(wireVersion, claims, AppendClaim, maxBytes)
+}
+
+// pack encodes items as messages of at most maxBytes each, each starting
+// with version, in order, as few as fit; an item that does not fit maxBytes
+// on its own gets a message of its own.
+func pack[T any](version byte, items []T, appendOne func([]byte, T) []byte, maxBytes int) [][]byte {
 	var out [][]byte
 	var msg []byte
-	for _, c := range claims {
-		one := AppendClaim(nil, c)
+	for _, it := range items {
+		one := appendOne(nil, it)
 		if len(msg) > 0 && len(msg)+len(one) > maxBytes {
 			out = append(out, msg)
 			msg = nil
 		}
 		if len(msg) == 0 {
-			msg = []byte{wireVersion}
+			msg = []byte{version}
 		}
 		msg = append(msg, one...)
 	}
@@ -174,23 +181,7 @@ func AppendVote(buf []byte, v Vote) []byte {
 // PackVotes encodes votes as messages of at most maxBytes each (a vote that
 // does not fit alone gets a message of its own).
 func PackVotes(votes []Vote, maxBytes int) [][]byte {
-	var out [][]byte
-	var msg []byte
-	for _, v := range votes {
-		one := AppendVote(nil, v)
-		if len(msg) > 0 && len(msg)+len(one) > maxBytes {
-			out = append(out, msg)
-			msg = nil
-		}
-		if len(msg) == 0 {
-			msg = []byte{votesVersion}
-		}
-		msg = append(msg, one...)
-	}
-	if len(msg) > 0 {
-		out = append(out, msg)
-	}
-	return out
+	return pack(votesVersion, votes, AppendVote, maxBytes)
 }
 
 // DecodeVotes parses a votes message. It never panics; a message that does
