@@ -29,7 +29,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -315,7 +317,7 @@ func TestSpeakersAgainstAPIServer(t *testing.T) {
 
 	speakers := runSpeakers(t, cfg, nodes, port)
 
-	winner := election.Winner(vip, []string{"w1", "w2"})
+	winner := election.Rank(vip, []string{"w1", "w2"})[0]
 	other := map[string]string{"w1": "w2", "w2": "w1"}[winner]
 	t.Logf("expected owner of %s: %s", vip, winner)
 
@@ -415,7 +417,7 @@ func TestFailoverWhileAPIServerDown(t *testing.T) {
 	nodes, _, _ := seed(t, c)
 
 	speakers := runSpeakers(t, cfg, nodes, port)
-	winner := election.Winner(testVIP, []string{"w1", "w2"})
+	winner := election.Rank(testVIP, []string{"w1", "w2"})[0]
 	other := map[string]string{"w1": "w2", "w2": "w1"}[winner]
 	eventually(t, "one ServiceL2Status from "+winner, 60*time.Second, checkOwner(t, c, winner))
 	eventually(t, winner+" announces", 10*time.Second, announcedBy(winner, true))
@@ -517,22 +519,25 @@ func TestStatusNotDuplicated(t *testing.T) {
 	cfg, c, _ := startEnv(t)
 	ctx := context.Background()
 	create(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}})
-	// An uncached client for reads and writes: each call sees the previous
-	// call's writes.
-	scheme, _ := Scheme()
-	direct, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &statusWriter{Client: direct, apiRead: direct, log: logr.Discard(), opts: Options{NodeName: "w1", Namespace: testNS},
-		conflicts: newConflicts(), created: map[string]string{}}
+	// The speaker's client as Run builds it: reads from an informer cache
+	// carrying setupIndexes, writes and direct reads to the API server.
+	// Between calls the test waits for the cache to catch up, as the watch
+	// event that starts the next reconcile would.
 	svc := lbService("172.18.255.201")
 	want := Want{Announce: true, AllInterfaces: true}
 	key := types.NamespacedName{Namespace: "ns1", Name: "web"}
-	for i := 0; i < 3; i++ {
+	cached, direct := indexedClient(t, cfg)
+	r := &statusWriter{Client: cached, apiRead: direct, log: logr.Discard(), opts: Options{NodeName: "w1", Namespace: testNS},
+		conflicts: newConflicts(), created: map[string]string{}}
+	sync := func(svc *corev1.Service, want Want) {
+		t.Helper()
 		if err := r.syncStatus(ctx, key, svc, want); err != nil {
-			t.Fatalf("sync %d: %v", i, err)
+			t.Fatal(err)
 		}
+		eventually(t, "the cache shows the ServiceL2Status objects", 30*time.Second, caughtUp(t, cached, direct))
+	}
+	for i := 0; i < 3; i++ {
+		sync(svc, want)
 	}
 	items := statuses(t, c)
 	if len(items) != 1 || items[0].Status.Node != "w1" || len(items[0].Status.Interfaces) != 0 {
@@ -542,33 +547,66 @@ func TestStatusNotDuplicated(t *testing.T) {
 	mac, _ := net.ParseMAC("02:00:00:00:00:99")
 	r.conflicts.set(key.String(), conflictRecord{last: time.Now(),
 		Conflict: layer2.Conflict{IP: netip.MustParseAddr("172.18.255.201"), MAC: mac, Interface: "eth0"}})
-	if err := r.syncStatus(ctx, key, svc, want); err != nil {
-		t.Fatal(err)
-	}
+	sync(svc, want)
 	items = statuses(t, c)
 	if len(items) != 1 || !meta.IsStatusConditionTrue(items[0].Status.Conditions, ConditionAddressConflict) ||
 		!strings.Contains(meta.FindStatusCondition(items[0].Status.Conditions, ConditionAddressConflict).Message, "02:00:00:00:00:99") {
 		t.Fatalf("want an AddressConflict=True condition naming the MAC: %+v", items)
 	}
 	r.conflicts.set(key.String(), conflictRecord{last: time.Now().Add(-2 * conflictHold)})
-	if err := r.syncStatus(ctx, key, svc, want); err != nil {
-		t.Fatal(err)
-	}
+	sync(svc, want)
 	items = statuses(t, c)
 	if len(items) != 1 || meta.FindStatusCondition(items[0].Status.Conditions, ConditionAddressConflict) == nil ||
 		meta.IsStatusConditionTrue(items[0].Status.Conditions, ConditionAddressConflict) {
 		t.Fatalf("want the AddressConflict condition False after the hold time: %+v", items)
 	}
 
-	// Losing the election deletes it.
-	if err := r.syncStatus(ctx, key, svc, Want{}); err != nil {
+	// A record deleted behind the speaker's back is re-created once; a
+	// cache that still shows the deleted one must not make the speaker keep
+	// it and delete the new one (each reconcile would then re-create a
+	// record, as seen after an etcd restart).
+	gone := statuses(t, c)[0]
+	if err := direct.Delete(ctx, &gone); err != nil {
 		t.Fatal(err)
 	}
+	eventually(t, "the cache sees the deletion", 30*time.Second, caughtUp(t, cached, direct))
+	sync(svc, want)
+	items = statuses(t, c)
+	if len(items) != 1 || items[0].Name == gone.Name {
+		t.Fatalf("want one new record after %s was deleted: %s", gone.Name, describeStatuses(items))
+	}
+	fresh := items[0]
+	// Created in the same second as fresh: make it older, as a record kept
+	// across the speaker's life would be.
+	gone.CreationTimestamp = metav1.NewTime(fresh.CreationTimestamp.Add(-time.Hour))
+	r.Client = interceptor.NewClient(cached, interceptor.Funcs{
+		List: func(ctx context.Context, cl client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if err := cl.List(ctx, list, opts...); err != nil {
+				return err
+			}
+			if l, ok := list.(*v1beta1.ServiceL2StatusList); ok {
+				l.Items = append(l.Items, gone) // what a lagging cache shows
+			}
+			return nil
+		},
+	})
+	for i := 0; i < 3; i++ {
+		if err := r.syncStatus(ctx, key, svc, want); err != nil {
+			t.Fatalf("sync %d with a lagging cache: %v", i, err)
+		}
+	}
+	if items = statuses(t, c); len(items) != 1 || items[0].Name != fresh.Name {
+		t.Fatalf("with a lagging cache the speaker replaced %s: %s", fresh.Name, describeStatuses(items))
+	}
+	r.Client = cached
+
+	// Losing the election deletes it.
+	sync(svc, Want{})
 	if items := statuses(t, c); len(items) != 0 {
 		t.Fatalf("non-owner kept its status: %s", describeStatuses(items))
 	}
 	var probe v1beta1.ServiceL2Status
-	err = c.Get(ctx, types.NamespacedName{Namespace: testNS, Name: "does-not-exist"}, &probe)
+	err := c.Get(ctx, types.NamespacedName{Namespace: testNS, Name: "does-not-exist"}, &probe)
 	if !apierrors.IsNotFound(err) {
 		t.Fatalf("sanity: %v", err)
 	}
@@ -576,6 +614,94 @@ func TestStatusNotDuplicated(t *testing.T) {
 
 // checkOwner explains how the ServiceL2Status objects differ from exactly one
 // object for ns1/web owned by owner ("" when they match).
+// TestStatusServiceCacheLags: a speaker whose cache does not have a Service
+// (lagging after an API server restart) must not delete another node's
+// record of it unless the API server confirms the Service is gone.
+func TestStatusServiceCacheLags(t *testing.T) {
+	if testing.Short() {
+		t.Skip("envtest: skipped in -short mode")
+	}
+	cfg, c, _ := startEnv(t)
+	ctx := context.Background()
+	create(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns1"}})
+	svc := lbService("172.18.255.201")
+	svc.Spec.Ports = []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}
+	create(t, c, svc)
+	key := client.ObjectKeyFromObject(svc)
+	record := &v1beta1.ServiceL2Status{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "l2-w2", Labels: map[string]string{
+		v1beta1.ServiceL2StatusNodeLabel: "w2", v1beta1.ServiceL2StatusServiceNameLabel: key.Name,
+		v1beta1.ServiceL2StatusServiceNamespaceLabel: key.Namespace}}}
+	create(t, c, record)
+	cached, direct := indexedClient(t, cfg)
+	eventually(t, "the cache shows the record", 30*time.Second, caughtUp(t, cached, direct))
+	w := &statusWriter{Client: cached, apiRead: direct, log: logr.Discard(), opts: Options{NodeName: "w1", Namespace: testNS},
+		conflicts: newConflicts(), created: map[string]string{}}
+	// What the lagging cache says: no such Service.
+	if err := w.syncStatus(ctx, key, nil, Want{}); err != nil {
+		t.Fatal(err)
+	}
+	if items := statuses(t, c); len(items) != 1 {
+		t.Fatalf("w1 deleted w2's record of a Service that exists: %s", describeStatuses(items))
+	}
+	// Gone for real: any speaker cleans up.
+	if err := c.Delete(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.syncStatus(ctx, key, nil, Want{}); err != nil {
+		t.Fatal(err)
+	}
+	if items := statuses(t, c); len(items) != 0 {
+		t.Fatalf("the record of a deleted Service stayed: %s", describeStatuses(items))
+	}
+}
+
+// indexedClient returns the speaker's client as Run builds it (reads from an
+// informer cache carrying setupIndexes) and an uncached one.
+func indexedClient(t *testing.T, cfg *rest.Config) (cached client.WithWatch, direct client.Client) {
+	t.Helper()
+	scheme, _ := Scheme()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	ca, err := cache.New(cfg, cache.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := setupIndexes(ctx, ca); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = ca.Start(ctx) }()
+	if !ca.WaitForCacheSync(ctx) {
+		t.Fatal("informer cache did not sync")
+	}
+	if cached, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme, Cache: &client.CacheOptions{Reader: ca}}); err != nil {
+		t.Fatal(err)
+	}
+	if direct, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		t.Fatal(err)
+	}
+	return cached, direct
+}
+
+// caughtUp explains how the cached ServiceL2Status objects of testNS differ
+// from the API server's (names and resource versions; "" when they match).
+func caughtUp(t *testing.T, cached, direct client.Client) func() string {
+	return func() string {
+		versions := func(c client.Client) string {
+			var vs []string
+			for _, s := range statuses(t, c) {
+				vs = append(vs, s.Name+"@"+s.ResourceVersion)
+			}
+			slices.Sort(vs) // the cache lists in no particular order
+			return strings.Join(vs, " ")
+		}
+		if c, d := versions(cached), versions(direct); c != d {
+			return fmt.Sprintf("cache has [%s], the API server [%s]", c, d)
+		}
+		return ""
+	}
+}
+
 func checkOwner(t *testing.T, c client.Client, owner string) func() string {
 	return func() string {
 		items := statuses(t, c)
@@ -652,7 +778,7 @@ func TestRestartWithoutValidConfiguration(t *testing.T) {
 	port := freeUDPTCPPort(t, "127.0.0.1", "127.0.0.2")
 	nodes, _, _ := seed(t, c)
 	speakers := runSpeakers(t, cfg, nodes, port)
-	winner := election.Winner(testVIP, []string{"w1", "w2"})
+	winner := election.Rank(testVIP, []string{"w1", "w2"})[0]
 	other := map[string]string{"w1": "w2", "w2": "w1"}[winner]
 	eventually(t, "one ServiceL2Status from the elected node "+winner, 60*time.Second, checkOwner(t, c, winner))
 	speakers.waitReady(t)

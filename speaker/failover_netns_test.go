@@ -452,7 +452,7 @@ func TestNetnsOwnership(t *testing.T) {
 
 	// 4. Hard kill: process and link gone. The VIP moves to the hash winner
 	// of the others, and its gratuitous ARP moves a silent client's entry.
-	next := election.Winner(mbVIP, without(mbNodes, owner))
+	next := election.Rank(mbVIP, without(mbNodes, owner))[0]
 	c.pointAt(t, owner)
 	start = time.Now()
 	signal(oi, syscall.SIGKILL)
@@ -470,7 +470,7 @@ func TestNetnsOwnership(t *testing.T) {
 
 	// 6. The new owner loses its link to the clients, its speaker and its
 	// memberlist network alive: the VIP moves.
-	after := election.Winner(mbVIP, without(mbNodes, next))
+	after := election.Rank(mbVIP, without(mbNodes, next))[0]
 	c.pointAt(t, next)
 	start = time.Now()
 	mbRun(t, "ip", "-n", mbPrefix+next, "link", "set", "eth0", "down")
@@ -488,7 +488,7 @@ func TestNetnsOwnership(t *testing.T) {
 	// 8. The owner is cut off entirely (both links down, speaker alive): the
 	// VIP moves; when it is back, its carrier returning makes it re-sync at
 	// once, so its stale claim is answered only for that round trip.
-	final := election.Winner(mbVIP, without(mbNodes, after))
+	final := election.Rank(mbVIP, without(mbNodes, after))[0]
 	c.pointAt(t, after)
 	for _, l := range []string{"eth0", "eth1"} {
 		mbRun(t, "ip", "-n", mbPrefix+after, "link", "set", l, "down")
@@ -712,7 +712,7 @@ func (c *mbCluster) waitStable(tb testing.TB, ac *arpClient) {
 		for i, n := range mbNodes {
 			if ac.onlyFrom(c.macs[n], time.Second) {
 				c.owner, c.ownerIdx = n, i
-				c.runnerUp = election.Winner(mbVIP, without(mbNodes, n))
+				c.runnerUp = election.Rank(mbVIP, without(mbNodes, n))[0]
 				return
 			}
 		}

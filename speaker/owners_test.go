@@ -212,6 +212,14 @@ func TestHeldNodeDeputyThenTakeover(t *testing.T) {
 	}
 }
 
+// builderIndexer registers indexes (setupIndexes) on a fake client.
+type builderIndexer struct{ b *fake.ClientBuilder }
+
+func (i builderIndexer) IndexField(_ context.Context, obj client.Object, field string, fn client.IndexerFunc) error {
+	i.b.WithIndex(obj, field, fn)
+	return nil
+}
+
 // TestTakeoverDoesNotWaitForStatus: with the status writer stuck on an API
 // call that never returns, a takeover still reaches the announcer at once.
 func TestTakeoverDoesNotWaitForStatus(t *testing.T) {
@@ -219,7 +227,11 @@ func TestTakeoverDoesNotWaitForStatus(t *testing.T) {
 	block := make(chan struct{})
 	defer close(block)
 	stuck := make(chan struct{}, 16)
-	c := fake.NewClientBuilder().WithScheme(scheme).WithInterceptorFuncs(interceptor.Funcs{
+	b := fake.NewClientBuilder().WithScheme(scheme)
+	if err := setupIndexes(context.Background(), builderIndexer{b}); err != nil {
+		t.Fatal(err)
+	}
+	c := b.WithInterceptorFuncs(interceptor.Funcs{
 		List: func(ctx context.Context, cl client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
 			stuck <- struct{}{}
 			<-block // an API server that never answers
@@ -228,7 +240,7 @@ func TestTakeoverDoesNotWaitForStatus(t *testing.T) {
 	}).Build()
 	nodes := []string{"w1", "w2"}
 	ip := "172.18.255.211"
-	winner := election.Winner(ip, nodes)
+	winner := election.Rank(ip, nodes)[0]
 	self := map[string]string{"w1": "w2", "w2": "w1"}[winner]
 	o, ann := testOwners(t, self, logr.Discard(), nodes...)
 	w := &statusWriter{Client: c, apiRead: c, log: logr.Discard(), opts: Options{NodeName: self, Namespace: testNS}, own: o,

@@ -25,6 +25,17 @@ const (
 	ReasonNoConfig        = "noConfig"
 )
 
+// Protocol is the protocol label value and the word in nodeAssigned events.
+const Protocol = "layer2"
+
+// Event reasons on the Service. nodeAssigned and announceFailed are MetalLB's.
+const (
+	EventNodeAssigned     = "nodeAssigned"
+	EventAnnounceFailed   = "announceFailed"
+	EventAddressConflict  = "AddressConflict"
+	EventKernelAnswersARP = "KernelAnswersARP"
+)
+
 // Snapshot is the cluster-wide input shared by every Service's input.
 type Snapshot struct {
 	// Config is the last valid configuration; nil means none loaded yet.
@@ -150,13 +161,23 @@ type StatusPlan struct {
 
 // PlanStatus decides, for the ServiceL2Status objects existing for one Service,
 // which one the owner keeps and which are deleted. The owner keeps one object
-// with its node label (the oldest, so the name is stable) and deletes all
-// others: duplicates and other nodes' leftovers (a hard-killed previous owner
-// cannot delete its own). A non-owner deletes only objects labelled with its
-// own node, never another node's.
-func PlanStatus(existing []*v1beta1.ServiceL2Status, self string, announce bool) StatusPlan {
+// with its node label and deletes all others: duplicates and other nodes'
+// leftovers (a hard-killed previous owner cannot delete its own). It keeps
+// confirmed, the object it created last and the API server just returned, if
+// it is among them, else the oldest (so the name is stable): the others may
+// come from a cache that has not yet seen their deletion, and keeping a
+// deleted object while deleting the confirmed one re-creates a record on
+// every reconcile. A non-owner deletes only objects labelled with its own
+// node, never another node's.
+func PlanStatus(existing []*v1beta1.ServiceL2Status, self string, announce bool, confirmed string) StatusPlan {
 	sorted := slices.Clone(existing)
 	slices.SortFunc(sorted, func(a, b *v1beta1.ServiceL2Status) int {
+		if ca, cb := a.Name == confirmed, b.Name == confirmed; ca != cb {
+			if ca {
+				return -1
+			}
+			return 1
+		}
 		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
 			return c
 		}

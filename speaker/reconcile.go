@@ -3,30 +3,28 @@ package speaker
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ironlb/ironlb/api/v1beta1"
 	"github.com/ironlb/ironlb/internal/config"
 	"github.com/ironlb/ironlb/internal/configload"
+	"github.com/ironlb/ironlb/internal/election"
 	"github.com/ironlb/ironlb/internal/k8smetrics"
-)
-
-type eventUpdate = event.UpdateEvent
-
-// Event reasons on the Service. nodeAssigned and announceFailed are MetalLB's.
-const (
-	EventNodeAssigned     = "nodeAssigned"
-	EventAnnounceFailed   = "announceFailed"
-	EventAddressConflict  = "AddressConflict"
-	EventKernelAnswersARP = "KernelAnswersARP"
 )
 
 // serviceReconciler turns each Service (with its EndpointSlices, the Nodes
@@ -43,9 +41,6 @@ type serviceReconciler struct {
 	// cfg loads the configuration (Namespaces not read: the speaker does
 	// not use serviceAllocation); its Metrics are k8s.
 	cfg configload.Loader
-	// indexed: the cache has the indexService index (always in Run; tests
-	// with a plain client select by labels instead).
-	indexed bool
 }
 
 // allServices lists every LoadBalancer Service in the cache as requests.
@@ -69,7 +64,8 @@ func (r *serviceReconciler) allServices(ctx context.Context) []reconcile.Request
 // every object (the label selector path is O(objects) per reconcile).
 const indexService = "ironlb.speaker.service"
 
-// setupIndexes registers indexService on the manager's cache.
+// setupIndexes registers indexService on the manager's cache (and on the
+// tests' clients): the reconcilers list by it and by nothing else.
 func setupIndexes(ctx context.Context, idx client.FieldIndexer) error {
 	if err := idx.IndexField(ctx, &discoveryv1.EndpointSlice{}, indexService, func(o client.Object) []string {
 		if k, ok := serviceKeyFromSlice(o); ok {
@@ -176,11 +172,7 @@ func (r *serviceReconciler) service(ctx context.Context, key types.NamespacedNam
 		return nil, nil, err
 	}
 	var list discoveryv1.EndpointSliceList
-	sel := []client.ListOption{client.InNamespace(key.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: key.Name}}
-	if r.indexed {
-		sel = []client.ListOption{client.InNamespace(key.Namespace), client.MatchingFields{indexService: key.String()}}
-	}
-	if err := r.List(ctx, &list, sel...); err != nil {
+	if err := r.List(ctx, &list, client.InNamespace(key.Namespace), client.MatchingFields{indexService: key.String()}); err != nil {
 		return nil, nil, fmt.Errorf("list EndpointSlices of %s: %w", key, err)
 	}
 	eps := make([]*discoveryv1.EndpointSlice, 0, len(list.Items))
@@ -188,4 +180,95 @@ func (r *serviceReconciler) service(ctx context.Context, key types.NamespacedNam
 		eps = append(eps, &list.Items[i])
 	}
 	return svc, eps, nil
+}
+
+// answers reports whether this speaker can answer for the IPs it owns, as
+// far as it knows: once its caches are synced, only with a valid
+// configuration (the last one that parsed). Before, it does not know yet and
+// says it does, as a speaker of the previous release: a starting speaker is
+// placeable as before, and one that finds no valid configuration says so as
+// soon as its caches tell it.
+func (r *serviceReconciler) answers(ctx context.Context, cacheSynced *atomic.Bool) bool {
+	if !cacheSynced.Load() {
+		return true
+	}
+	cfg, err := r.config(ctx)
+	return err != nil || cfg != nil
+}
+
+// serviceKeyFromLabels maps a ServiceL2Status to its Service.
+func serviceKeyFromLabels(o client.Object) (types.NamespacedName, bool) {
+	l := o.GetLabels()
+	ns, name := l[v1beta1.ServiceL2StatusServiceNamespaceLabel], l[v1beta1.ServiceL2StatusServiceNameLabel]
+	return types.NamespacedName{Namespace: ns, Name: name}, ns != "" && name != ""
+}
+
+// serviceKeyFromSlice maps an EndpointSlice to its Service.
+func serviceKeyFromSlice(o client.Object) (types.NamespacedName, bool) {
+	name := o.GetLabels()[discoveryv1.LabelServiceName]
+	return types.NamespacedName{Namespace: o.GetNamespace(), Name: name}, name != ""
+}
+
+func (r *serviceReconciler) setup(mgr ctrl.Manager) error {
+	one := func(f func(client.Object) (types.NamespacedName, bool)) handler.EventHandler {
+		return handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			if k, ok := f(o); ok {
+				return []reconcile.Request{{NamespacedName: k}}
+			}
+			return nil
+		})
+	}
+	all := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+		return r.allServices(ctx)
+	})
+	return ctrl.NewControllerManagedBy(mgr).Named("speaker-services").
+		For(&corev1.Service{}).
+		Watches(&discoveryv1.EndpointSlice{}, one(serviceKeyFromSlice)).
+		Watches(&corev1.Node{}, all, builder.WithPredicates(nodeChanged())).
+		// Not on status updates: the controller rewrites a pool's status
+		// with every allocation, and each would re-queue every Service on
+		// every speaker (5,000 Services: ~90 config parses a second each).
+		Watches(&v1beta1.IPAddressPool{}, all, builder.WithPredicates(configload.PoolChanged())).
+		Watches(&v1beta1.L2Advertisement{}, all, builder.WithPredicates(configload.AdvertisementChanged())).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		Complete(r)
+}
+
+// nodeChanged passes Node events that can change which nodes are eligible:
+// labels (node selectors, exclude label) and the NetworkUnavailable
+// condition, not the heartbeat-driven status churn. (Without memberlist the
+// Ready condition is liveness: readyNodes follows it.)
+func nodeChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*corev1.Node)
+			n, ok2 := e.ObjectNew.(*corev1.Node)
+			if !ok1 || !ok2 {
+				return true
+			}
+			return !labels.Equals(o.Labels, n.Labels) || election.NetworkUnavailable(o) != election.NetworkUnavailable(n)
+		},
+	}
+}
+
+// exclusions computes, from the cache, why each node may not announce each
+// of services (Exclusions), reading the cluster-wide inputs once.
+func (r *serviceReconciler) exclusions(ctx context.Context, services []string) map[string]map[string]string {
+	snap, err := r.snapshot(ctx)
+	if err != nil {
+		r.log.V(1).Info("status: cannot read the configuration and nodes", "error", err.Error())
+		return nil
+	}
+	out := make(map[string]map[string]string, len(services))
+	for _, name := range services {
+		ns, n, _ := cutKey(name)
+		svc, eps, err := r.service(ctx, types.NamespacedName{Namespace: ns, Name: n})
+		if err != nil || svc == nil {
+			continue
+		}
+		if ex := Exclusions(snap, svc, eps); len(ex) > 0 {
+			out[name] = ex
+		}
+	}
+	return out
 }

@@ -12,8 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
-
 	"github.com/ironlb/ironlb/internal/election"
 	"github.com/ironlb/ironlb/internal/layer2"
 	"github.com/ironlb/ironlb/internal/membership"
@@ -297,26 +295,4 @@ func loopback(remote string) bool {
 	}
 	a, err := netip.ParseAddr(host)
 	return err == nil && a.Unmap().IsLoopback()
-}
-
-// exclusions computes, from the cache, why each node may not announce each
-// of services (Exclusions), reading the cluster-wide inputs once.
-func (r *serviceReconciler) exclusions(ctx context.Context, services []string) map[string]map[string]string {
-	snap, err := r.snapshot(ctx)
-	if err != nil {
-		r.log.V(1).Info("status: cannot read the configuration and nodes", "error", err.Error())
-		return nil
-	}
-	out := make(map[string]map[string]string, len(services))
-	for _, name := range services {
-		ns, n, _ := cutKey(name)
-		svc, eps, err := r.service(ctx, types.NamespacedName{Namespace: ns, Name: n})
-		if err != nil || svc == nil {
-			continue
-		}
-		if ex := Exclusions(snap, svc, eps); len(ex) > 0 {
-			out[name] = ex
-		}
-	}
-	return out
 }

@@ -275,7 +275,7 @@ func TestStatusFromRunningSpeakers(t *testing.T) {
 	port := freeUDPTCPPort(t, "127.0.0.1", "127.0.0.2")
 	nodes, _, _ := seed(t, c)
 	speakers := runSpeakers(t, cfg, nodes, port)
-	winner := election.Winner(testVIP, []string{"w1", "w2"})
+	winner := election.Rank(testVIP, []string{"w1", "w2"})[0]
 	other := map[string]string{"w1": "w2", "w2": "w1"}[winner]
 	eventually(t, "ServiceL2Status from "+winner, 60*time.Second, checkOwner(t, c, winner))
 	speakers.waitReady(t)

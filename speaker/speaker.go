@@ -15,45 +15,30 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
-	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ironlb/ironlb/api/v1beta1"
 	"github.com/ironlb/ironlb/internal/configload"
 	"github.com/ironlb/ironlb/internal/configstate"
-	"github.com/ironlb/ironlb/internal/election"
 	"github.com/ironlb/ironlb/internal/httpsec"
 	"github.com/ironlb/ironlb/internal/layer2"
-	"github.com/ironlb/ironlb/internal/membership"
-	"github.com/ironlb/ironlb/internal/ownership"
 )
 
 // +kubebuilder:rbac:groups="",resources=services;nodes,verbs=get;list;watch
@@ -65,135 +50,6 @@ import (
 // +kubebuilder:rbac:groups=metallb.io,namespace=metallb-system,resources=servicel2statuses/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=metallb.io,namespace=metallb-system,resources=configurationstates,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups=metallb.io,namespace=metallb-system,resources=configurationstates/status,verbs=get;update;patch
-
-// Protocol is the protocol label value and the word in nodeAssigned events.
-const Protocol = "layer2"
-
-// DefaultSpeakerLabels selects the speaker Pods (MetalLB's METALLB_ML_LABELS
-// default for a release named ironlb).
-const DefaultSpeakerLabels = "app.kubernetes.io/name=ironlb,app.kubernetes.io/component=speaker"
-
-// SecretKeyField is the memberlist Secret's data key, as in MetalLB.
-const SecretKeyField = "secretkey"
-
-// Options configure a speaker.
-type Options struct {
-	// NodeName is this node (METALLB_NODE_NAME); required.
-	NodeName string
-	// Namespace is the install namespace (METALLB_NAMESPACE): pools,
-	// advertisements, ServiceL2Status and speaker Pods live there.
-	Namespace string
-	// PodName is this speaker's Pod (METALLB_POD_NAME): peer discovery skips
-	// it, and its ConfigurationState finds the DaemonSet that owns it. Its
-	// ServiceL2Status objects are owned by its Node, not the Pod, so that they
-	// survive a restart (docs/architecture.md).
-	PodName string
-	// HostIP (METALLB_HOST) is advertised to peers when MLBindAddr is a
-	// wildcard.
-	HostIP string
-
-	// DisableMemberlist: candidates are the nodes from the Node watch whose
-	// Ready condition is True (failover then waits for the kubelet heartbeat
-	// to go stale and the node lifecycle controller to mark the node
-	// NotReady, about 40-50 s by default).
-	DisableMemberlist bool
-	// MLBindAddr and MLBindPort: memberlist listen address (METALLB_ML_BIND_ADDR,
-	// METALLB_ML_BIND_PORT, default 7946).
-	MLBindAddr string
-	MLBindPort int
-	// MLLabels selects the speaker Pods whose IPs are the memberlist peers
-	// (METALLB_ML_LABELS).
-	MLLabels string
-	// MLSecretKeyPath is the mounted memberlist Secret: a directory holding
-	// its secretkey file, or the file (METALLB_ML_SECRET_KEY_PATH). It is
-	// read at start and re-read every 10 s so a rotated Secret, which the
-	// kubelet updates in place, takes effect; the speaker needs no access to
-	// Secrets. Empty: memberlist traffic is not encrypted.
-	MLSecretKeyPath string
-	// Membership timings; zero fields take membership.DefaultOptions.
-	Membership membership.Options
-
-	// LeaveGrace: on shutdown, how long to keep answering ARP/NDP after the
-	// memberlist leave, while the deputy (or, for a node going away, the
-	// new owner) takes over. Default 0 here; the command sets 500ms.
-	LeaveGrace time.Duration
-
-	// Failback: what happens to IPs that moved off a node when it can own
-	// them again (ownership.FailbackNever, the default, or Immediate).
-	Failback ownership.Failback
-	// HoldTime: how long a node whose speaker went away keeps its IPs while
-	// its kernel still answers on the segment (a speaker restart, crash or
-	// freeze); another speaker answers ARP/NDP for it meanwhile. Zero: IPs
-	// move as soon as the speaker is gone (MetalLB's behaviour).
-	HoldTime time.Duration
-
-	// Layer2 configures the announcer (GARP count and spacing, refresh,
-	// excluded interfaces, test seams). Registerer and NodeName are set here.
-	Layer2 layer2.Options
-
-	// LoadBalancerClass: see Snapshot (MetalLB's --lb-class).
-	LoadBalancerClass string
-	// IgnoreExcludeLB: see election.Input (MetalLB's --ignore-exclude-lb).
-	IgnoreExcludeLB bool
-
-	// MetricsBindAddress: Prometheus endpoint ("0" disables), HTTPS with
-	// Kubernetes authn/authz when MetricsSecure.
-	MetricsBindAddress string
-	MetricsSecure      bool
-	// HealthProbeBindAddress serves /healthz and /readyz ("0" disables).
-	HealthProbeBindAddress string
-	// EnableHTTP2 lets the metrics server offer HTTP/2; off by default (internal/httpsec).
-	EnableHTTP2 bool
-
-	// RestConfig to reach the API server; nil uses controller-runtime's
-	// lookup: $KUBECONFIG if set, else in-cluster, else ~/.kube/config.
-	RestConfig *rest.Config
-	// Logger; the zero value discards.
-	Logger logr.Logger
-}
-
-func (o *Options) validate() error {
-	var errs []error
-	if o.NodeName == "" {
-		errs = append(errs, errors.New("node name is empty (set --node-name or METALLB_NODE_NAME)"))
-	}
-	if o.Namespace == "" {
-		errs = append(errs, errors.New("namespace is empty (set --namespace or METALLB_NAMESPACE)"))
-	}
-	if o.MLLabels == "" {
-		o.MLLabels = DefaultSpeakerLabels
-	}
-	if _, err := labels.Parse(o.MLLabels); err != nil {
-		errs = append(errs, fmt.Errorf("memberlist labels %q: %w", o.MLLabels, err))
-	}
-	if o.MLBindPort == 0 {
-		o.MLBindPort = membership.DefaultPort
-	}
-	return errors.Join(errs...)
-}
-
-// nodeOptions returns the options of the speaker's node machinery; the
-// functions that need the manager are Run's to set.
-func (o *Options) nodeOptions() nodeOptions {
-	mo := o.Membership
-	mo.BindAddr, mo.BindPort = o.MLBindAddr, o.MLBindPort
-	if ip := net.ParseIP(o.MLBindAddr); (ip == nil || ip.IsUnspecified()) && o.HostIP != "" {
-		mo.AdvertiseAddr = o.HostIP
-	}
-	keyFile := ""
-	if o.MLSecretKeyPath != "" {
-		keyFile = keyFilePath(o.MLSecretKeyPath)
-	}
-	return nodeOptions{
-		Name:              o.NodeName,
-		Layer2:            o.Layer2,
-		Ownership:         ownership.Options{Failback: o.Failback, Hold: o.HoldTime},
-		DisableMemberlist: o.DisableMemberlist,
-		Membership:        mo,
-		KeyFile:           keyFile,
-		LeaveGrace:        o.LeaveGrace,
-	}
-}
 
 // Scheme returns the types the speaker reads and writes.
 func Scheme() (*runtime.Scheme, error) {
@@ -343,7 +199,6 @@ func Run(ctx context.Context, opts Options) error {
 	if err := setupIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
-	r.indexed, sw.indexed = true, true
 	if err := r.setup(mgr); err != nil {
 		return err
 	}
@@ -421,22 +276,6 @@ func Run(ctx context.Context, opts Options) error {
 	return nil
 }
 
-func ptr[T any](v T) *T { return &v }
-
-// answers reports whether this speaker can answer for the IPs it owns, as
-// far as it knows: once its caches are synced, only with a valid
-// configuration (the last one that parsed). Before, it does not know yet and
-// says it does, as a speaker of the previous release: a starting speaker is
-// placeable as before, and one that finds no valid configuration says so as
-// soon as its caches tell it.
-func (r *serviceReconciler) answers(ctx context.Context, cacheSynced *atomic.Bool) bool {
-	if !cacheSynced.Load() {
-		return true
-	}
-	cfg, err := r.config(ctx)
-	return err != nil || cfg != nil
-}
-
 // shutdownTimeout bounds how long the manager's runnables get to stop.
 const shutdownTimeout = 5 * time.Second
 
@@ -461,225 +300,6 @@ func startManager(ctx context.Context, log logr.Logger, start func(context.Conte
 		log.Info("manager still waiting for its caches to sync; stopping without it", "waited", wait)
 		return nil
 	}
-}
-
-// peerReconciler keeps the memberlist peers equal to the speaker Pods' IPs.
-type peerReconciler struct {
-	client.Client
-	log   logr.Logger
-	opts  Options
-	ml    *membership.List
-	own   *owners
-	ready *atomic.Bool
-}
-
-func (p *peerReconciler) setup(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).Named("speaker-peers").
-		For(&corev1.Pod{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
-			return o.GetNamespace() == p.opts.Namespace
-		}))).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
-		Complete(p)
-}
-
-func (p *peerReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
-	var pods corev1.PodList
-	sel, _ := labels.Parse(p.opts.MLLabels)
-	if err := p.List(ctx, &pods, client.InNamespace(p.opts.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
-		return reconcile.Result{}, err
-	}
-	var addrs []string
-	// Every node that runs a speaker counts in ownership's quorum, seen by
-	// memberlist yet or not (ownership.Engine.SetSpeakerNodes).
-	nodes := []string{p.opts.NodeName}
-	for _, pod := range pods.Items {
-		if pod.Spec.NodeName != "" && pod.DeletionTimestamp == nil {
-			nodes = append(nodes, pod.Spec.NodeName)
-		}
-		if pod.Name == p.opts.PodName || pod.Status.PodIP == "" || pod.DeletionTimestamp != nil {
-			continue
-		}
-		addrs = append(addrs, net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(p.opts.MLBindPort)))
-	}
-	p.own.SetSpeakerNodes(nodes)
-	p.ml.SetPeers(addrs) // joins synchronously the peers not yet members
-	if p.ready.Load() {
-		return reconcile.Result{}, nil
-	}
-	// The first join must reach a peer when there are any: its push/pull
-	// brings the current owners, and a speaker that decided alone would
-	// place every IP on itself. Speakers starting together retry until one
-	// answers (Run gives up waiting after a bound).
-	if members := p.ml.Members(); len(addrs) == 0 || len(members) > 1 {
-		p.ready.Store(true)
-		p.log.Info("initial peer join done", "peers", len(addrs), "members", members)
-		return reconcile.Result{}, nil
-	}
-	return reconcile.Result{RequeueAfter: 250 * time.Millisecond}, nil
-}
-
-// serviceKeyFromLabels maps a ServiceL2Status to its Service.
-func serviceKeyFromLabels(o client.Object) (types.NamespacedName, bool) {
-	l := o.GetLabels()
-	ns, name := l[v1beta1.ServiceL2StatusServiceNamespaceLabel], l[v1beta1.ServiceL2StatusServiceNameLabel]
-	return types.NamespacedName{Namespace: ns, Name: name}, ns != "" && name != ""
-}
-
-// serviceKeyFromSlice maps an EndpointSlice to its Service.
-func serviceKeyFromSlice(o client.Object) (types.NamespacedName, bool) {
-	name := o.GetLabels()[discoveryv1.LabelServiceName]
-	return types.NamespacedName{Namespace: o.GetNamespace(), Name: name}, name != ""
-}
-
-func (r *serviceReconciler) setup(mgr ctrl.Manager) error {
-	one := func(f func(client.Object) (types.NamespacedName, bool)) handler.EventHandler {
-		return handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-			if k, ok := f(o); ok {
-				return []reconcile.Request{{NamespacedName: k}}
-			}
-			return nil
-		})
-	}
-	all := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
-		return r.allServices(ctx)
-	})
-	return ctrl.NewControllerManagedBy(mgr).Named("speaker-services").
-		For(&corev1.Service{}).
-		Watches(&discoveryv1.EndpointSlice{}, one(serviceKeyFromSlice)).
-		Watches(&corev1.Node{}, all, builder.WithPredicates(nodeChanged())).
-		// Not on status updates: the controller rewrites a pool's status
-		// with every allocation, and each would re-queue every Service on
-		// every speaker (5,000 Services: ~90 config parses a second each).
-		Watches(&v1beta1.IPAddressPool{}, all, builder.WithPredicates(configload.PoolChanged())).
-		Watches(&v1beta1.L2Advertisement{}, all, builder.WithPredicates(configload.AdvertisementChanged())).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
-		Complete(r)
-}
-
-// nodeChanged passes Node events that can change which nodes are eligible:
-// labels (node selectors, exclude label) and the NetworkUnavailable
-// condition, not the heartbeat-driven status churn. (Without memberlist the
-// Ready condition is liveness: readyNodes follows it.)
-func nodeChanged() predicate.Predicate {
-	return predicate.Funcs{
-		UpdateFunc: func(e eventUpdate) bool {
-			o, ok1 := e.ObjectOld.(*corev1.Node)
-			n, ok2 := e.ObjectNew.(*corev1.Node)
-			if !ok1 || !ok2 {
-				return true
-			}
-			return !labels.Equals(o.Labels, n.Labels) || election.NetworkUnavailable(o) != election.NetworkUnavailable(n)
-		},
-	}
-}
-
-// deletedNodes tells ownership when a Node object is deleted: the cluster
-// shrank, and its speaker no longer counts in the quorum's membership.
-type deletedNodes struct {
-	client.Client
-	own *owners
-}
-
-func (d *deletedNodes) setup(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).Named("speaker-deleted-nodes").
-		For(&corev1.Node{}, builder.WithPredicates(predicate.Funcs{
-			CreateFunc:  func(event.CreateEvent) bool { return false },
-			UpdateFunc:  func(event.UpdateEvent) bool { return false },
-			GenericFunc: func(event.GenericEvent) bool { return false },
-		})).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
-		Complete(d)
-}
-
-func (d *deletedNodes) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	var node corev1.Node
-	err := d.Get(ctx, req.NamespacedName, &node)
-	switch {
-	case apierrors.IsNotFound(err):
-		d.own.Forget(req.Name)
-	case err != nil:
-		return reconcile.Result{}, err
-	}
-	return reconcile.Result{}, nil
-}
-
-// readyNodes is liveness without memberlist: a node whose Ready condition is
-// True counts as a live speaker (failover then waits for the kubelet
-// heartbeat to go stale and the node lifecycle controller to mark the node
-// NotReady, about 40-50 s by default).
-type readyNodes struct {
-	client.Client
-	own *owners
-}
-
-func (n *readyNodes) setup(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).Named("speaker-ready-nodes").
-		For(&corev1.Node{}, builder.WithPredicates(predicate.Funcs{
-			UpdateFunc: func(e eventUpdate) bool {
-				o, ok1 := e.ObjectOld.(*corev1.Node)
-				nw, ok2 := e.ObjectNew.(*corev1.Node)
-				return !ok1 || !ok2 || election.Ready(o) != election.Ready(nw)
-			},
-		})).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
-		Complete(n)
-}
-
-func (n *readyNodes) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	var node corev1.Node
-	st := ownership.SpeakerGone
-	if err := n.Get(ctx, req.NamespacedName, &node); err == nil && election.Ready(&node) {
-		st = ownership.SpeakerAlive
-	} else if err != nil && !apierrors.IsNotFound(err) {
-		return reconcile.Result{}, err
-	}
-	n.own.SetSpeaker(req.Name, st, time.Now())
-	return reconcile.Result{}, nil
-}
-
-// list feeds the Ready state of every Node (ownership must not decide
-// before); false if ctx ended first.
-func (n *readyNodes) list(ctx context.Context) bool {
-	var nodes corev1.NodeList
-	for {
-		err := n.List(ctx, &nodes)
-		if err == nil {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	now := time.Now()
-	for i := range nodes.Items {
-		st := ownership.SpeakerGone
-		if election.Ready(&nodes.Items[i]) {
-			st = ownership.SpeakerAlive
-		}
-		n.own.SetSpeaker(nodes.Items[i].Name, st, now)
-	}
-	return true
-}
-
-// nodeAddresses returns a node's internal and external IPs from its Node
-// object: the addresses its data path is probed on.
-func nodeAddresses(ctx context.Context, c client.Reader, name string) []netip.Addr {
-	var node corev1.Node
-	if err := c.Get(ctx, types.NamespacedName{Name: name}, &node); err != nil {
-		return nil
-	}
-	var out []netip.Addr
-	for _, a := range node.Status.Addresses {
-		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
-			continue
-		}
-		if ip, err := netip.ParseAddr(a.Address); err == nil {
-			out = append(out, ip.Unmap())
-		}
-	}
-	return out
 }
 
 // startOwnership starts deciding once this speaker knows enough not to move

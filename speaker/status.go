@@ -36,11 +36,9 @@ type statusWriter struct {
 	opts      Options
 	own       *owners
 	conflicts *conflicts
-	// indexed: see serviceReconciler.
-	indexed bool
 
 	mu      sync.Mutex
-	created map[string]string // service key -> ServiceL2Status name created, until the cache shows it
+	created map[string]string // service key -> the ServiceL2Status this speaker created last, until it is deleted
 	owner   *metav1.OwnerReference
 
 	queue atomic.Pointer[workqueue.TypedRateLimitingInterface[reconcile.Request]]
@@ -99,14 +97,7 @@ func (w *statusWriter) Reconcile(ctx context.Context, req reconcile.Request) (re
 // syncStatus makes the ServiceL2Status objects of svc match the decision.
 func (w *statusWriter) syncStatus(ctx context.Context, key types.NamespacedName, svc *corev1.Service, want Want) error {
 	var list v1beta1.ServiceL2StatusList
-	sel := []client.ListOption{client.InNamespace(w.opts.Namespace), client.MatchingLabels{
-		v1beta1.ServiceL2StatusServiceNameLabel:      key.Name,
-		v1beta1.ServiceL2StatusServiceNamespaceLabel: key.Namespace,
-	}}
-	if w.indexed {
-		sel = []client.ListOption{client.InNamespace(w.opts.Namespace), client.MatchingFields{indexService: key.String()}}
-	}
-	if err := w.List(ctx, &list, sel...); err != nil {
+	if err := w.List(ctx, &list, client.InNamespace(w.opts.Namespace), client.MatchingFields{indexService: key.String()}); err != nil {
 		return fmt.Errorf("list ServiceL2Status of %s: %w", key, err)
 	}
 	existing := make([]*v1beta1.ServiceL2Status, 0, len(list.Items))
@@ -114,7 +105,9 @@ func (w *statusWriter) syncStatus(ctx context.Context, key types.NamespacedName,
 		existing = append(existing, &list.Items[i])
 	}
 	// The cache may not show an object created a moment ago: fetch it
-	// directly rather than create a duplicate.
+	// directly rather than create a duplicate. Whether cached or fetched, it
+	// is the one to keep: the cache may still show older objects that were
+	// deleted (PlanStatus).
 	w.mu.Lock()
 	createdName := w.created[key.String()]
 	w.mu.Unlock()
@@ -126,18 +119,28 @@ func (w *statusWriter) syncStatus(ctx context.Context, key types.NamespacedName,
 			existing = append(existing, &st)
 		case apierrors.IsNotFound(err):
 			w.forgetCreated(key.String())
+			createdName = ""
 		default:
 			return fmt.Errorf("get ServiceL2Status %s: %w", createdName, err)
 		}
 	}
 
-	plan := PlanStatus(existing, w.opts.NodeName, want.Announce)
+	plan := PlanStatus(existing, w.opts.NodeName, want.Announce, createdName)
 	if svc == nil {
-		// The Service is gone: any speaker may clean up every leftover.
-		plan = StatusPlan{Delete: existing}
+		gone, err := w.serviceGone(ctx, key, existing)
+		if err != nil {
+			return err
+		}
+		if gone {
+			// Any speaker may clean up every leftover.
+			plan = StatusPlan{Delete: existing}
+		}
 	}
 	for _, st := range plan.Delete {
-		if err := w.Delete(ctx, st); err != nil && !apierrors.IsNotFound(err) {
+		switch err := w.Delete(ctx, st); {
+		case err == nil:
+			w.log.Info("deleted ServiceL2Status", "service", key.String(), "name", st.Name, "node", st.Labels[v1beta1.ServiceL2StatusNodeLabel])
+		case !apierrors.IsNotFound(err):
 			return fmt.Errorf("delete ServiceL2Status %s: %w", st.Name, err)
 		}
 		if st.Name == createdName {
@@ -209,6 +212,28 @@ func (w *statusWriter) syncStatus(ctx context.Context, key types.NamespacedName,
 		return fmt.Errorf("update status of ServiceL2Status %s for %s: %w", st.Name, key, err)
 	}
 	return nil
+}
+
+// serviceGone confirms with the API server that a Service this speaker's
+// cache does not have is gone, before it deletes other nodes' records of it.
+// A cache can lag (after an API server restart one speaker's Service
+// informer trailed for seconds): trusting it, that speaker deleted a new
+// Service's record as fast as its announcer re-created it, 50 times a
+// second. Without other nodes' records there is nothing to confirm.
+func (w *statusWriter) serviceGone(ctx context.Context, key types.NamespacedName, existing []*v1beta1.ServiceL2Status) (bool, error) {
+	if !slices.ContainsFunc(existing, func(s *v1beta1.ServiceL2Status) bool {
+		return s.Labels[v1beta1.ServiceL2StatusNodeLabel] != w.opts.NodeName
+	}) {
+		return true, nil
+	}
+	err := w.apiRead.Get(ctx, key, &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"}})
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("confirm that Service %s is gone: %w", key, err)
+	}
+	return false, nil
 }
 
 func statusEqual(a, b v1beta1.MetalLBServiceL2Status) bool {

@@ -7,9 +7,9 @@
 // it is usable, and (externalTrafficPolicy Local) it hosts a ready endpoint.
 // Which qualifying node announces, and when that changes, is
 // internal/ownership's job, preferring the nodes of the highest Score
-// (preferredNodeSelectors); Winner and Rank give MetalLB's hash order
-// without preferences, which ownership uses to re-place the IPs of a failed
-// node.
+// (preferredNodeSelectors); Rank gives MetalLB's hash order without
+// preferences (ownership's tie-break; the candidates `kubectl ironlb status`
+// lists).
 package election
 
 import (
@@ -257,21 +257,11 @@ func Interfaces(ads []*config.L2Advertisement) (all bool, ifaces []string) {
 	return false, slices.Compact(ifaces)
 }
 
-// Winner returns the node with the smallest sha256(node + "#" + keyIP)
-// (ownership.Hash), "" for no nodes: the node MetalLB would elect, and the
-// node ironlb moves a failed owner's IP to.
-func Winner(keyIP string, nodes []string) string {
-	best := ""
-	for _, n := range nodes {
-		if best == "" || ownership.HashLess(n, best, keyIP) {
-			best = n
-		}
-	}
-	return best
-}
-
-// Rank returns nodes (deduplicated) in hash order for keyIP: the winner
-// first, then the node that would win if the winner went away, and so on.
+// Rank returns nodes (deduplicated) in hash order for keyIP: first the node
+// with the smallest sha256(node + "#" + keyIP) (ownership.HashLess), the one
+// MetalLB would elect, then the node that would win if the first went away,
+// and so on. ownership breaks ties between equally preferred, equally loaded
+// nodes in this order.
 func Rank(keyIP string, nodes []string) []string {
 	out := slices.Clone(nodes)
 	slices.SortFunc(out, func(a, b string) int {

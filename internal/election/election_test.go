@@ -90,19 +90,24 @@ func bruteWinner(ip string, ns []string) string {
 	return best
 }
 
+// winner is Rank's first node, "" for no nodes.
+func winner(ip string, ns []string) string {
+	if r := Rank(ip, ns); len(r) > 0 {
+		return r[0]
+	}
+	return ""
+}
+
 func TestWinnerMatchesRule(t *testing.T) {
 	ns := []string{"myk8s-control-plane", "myk8s-worker", "myk8s-worker2", "myk8s-worker3"}
 	for _, ip := range []string{"172.18.255.200", "172.18.255.201", "fc00:f853:ccd:e799::1", "10.0.0.1"} {
 		want := bruteWinner(ip, ns)
-		if got := Winner(ip, ns); got != want {
-			t.Errorf("Winner(%q) = %q, want %q", ip, got, want)
-		}
-		if got := Rank(ip, ns)[0]; got != want {
+		if got := winner(ip, ns); got != want {
 			t.Errorf("Rank(%q)[0] = %q, want %q", ip, got, want)
 		}
 	}
-	if got := Winner("1.2.3.4", nil); got != "" {
-		t.Errorf("Winner(no nodes) = %q, want empty", got)
+	if got := winner("1.2.3.4", nil); got != "" {
+		t.Errorf("winner(no nodes) = %q, want empty", got)
 	}
 }
 
@@ -122,12 +127,12 @@ func TestRankStability(t *testing.T) {
 		r := Rank(ip, ns)
 		for _, gone := range r[1:] {
 			rest := slices.DeleteFunc(slices.Clone(ns), func(n string) bool { return n == gone })
-			if w := Winner(ip, rest); w != r[0] {
+			if w := winner(ip, rest); w != r[0] {
 				t.Fatalf("ip %s: removing non-winner %s moved winner %s -> %s", ip, gone, r[0], w)
 			}
 		}
 		rest := slices.DeleteFunc(slices.Clone(ns), func(n string) bool { return n == r[0] })
-		if w := Winner(ip, rest); w != r[1] {
+		if w := winner(ip, rest); w != r[1] {
 			t.Fatalf("ip %s: removing winner %s gave %s, want runner-up %s", ip, r[0], w, r[1])
 		}
 	}
@@ -371,7 +376,7 @@ func TestWinnerDependsOnlyOnKey(t *testing.T) {
 	ns := []string{"a", "b", "c", "d"}
 	seen := map[string]bool{}
 	for i := 0; i < 64; i++ {
-		seen[Winner(fmt.Sprintf("10.0.0.%d", i), ns)] = true
+		seen[winner(fmt.Sprintf("10.0.0.%d", i), ns)] = true
 	}
 	if len(seen) < 3 {
 		t.Errorf("64 keys spread over only %d of 4 nodes: %v", len(seen), seen)
@@ -441,7 +446,7 @@ func shuffled[T any](rnd *rand.Rand, in []T) []T {
 	return out
 }
 
-// FuzzWinner checks Winner against the written-out rule and the order
+// FuzzWinner checks Rank's first node against the written-out rule and the order
 // independence of Rank for arbitrary names and keys.
 func FuzzWinner(f *testing.F) {
 	f.Add("172.18.255.200", "myk8s-worker", "myk8s-worker2", "myk8s-worker3", int64(1))
@@ -450,22 +455,19 @@ func FuzzWinner(f *testing.F) {
 		ns := []string{a, b, c}
 		ns = slices.DeleteFunc(ns, func(s string) bool { return s == "" })
 		want := bruteWinner(ip, ns)
-		if got := Winner(ip, ns); got != want && !bruteTie(ip, ns) {
-			t.Fatalf("Winner(%q, %q) = %q, want %q", ip, ns, got, want)
+		if got := winner(ip, ns); got != want && !bruteTie(ip, ns) {
+			t.Fatalf("winner(%q, %q) = %q, want %q", ip, ns, got, want)
 		}
 		r1 := Rank(ip, ns)
 		r2 := Rank(ip, shuffled(rand.New(rand.NewSource(seed)), ns))
 		if !reflect.DeepEqual(r1, r2) {
 			t.Fatalf("Rank not order independent: %v vs %v", r1, r2)
 		}
-		if len(r1) > 0 && r1[0] != Winner(ip, ns) {
-			t.Fatalf("Rank[0] %q != Winner %q", r1[0], Winner(ip, ns))
-		}
 	})
 }
 
 // bruteTie reports whether two different names hash equally (only then may the
-// brute force and Winner disagree, on the name tie-break).
+// brute force and Rank disagree, on the name tie-break).
 func bruteTie(ip string, ns []string) bool {
 	seen := map[[32]byte]string{}
 	for _, n := range ns {

@@ -647,7 +647,7 @@ func better(elig *NodeSet, a, b, key string) bool {
 }
 
 // HashLess is the hash order of nodes for key, the one every component
-// uses (election's Winner and Rank, placement here, the status view): by
+// uses (election's Rank, placement here, the status view): by
 // Hash, then by name, so that the order is total even on a hash tie.
 func HashLess(a, b, key string) bool {
 	ha, hb := Hash(a, key), Hash(b, key)

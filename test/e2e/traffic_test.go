@@ -23,9 +23,10 @@ import (
 	"github.com/ironlb/ironlb/test/e2e/probe"
 )
 
-// clientLoop is e2e-probe running on the client until finish.
+// clientLoop is e2e-probe running on a client host until finish.
 type clientLoop struct {
 	e        *Env
+	host     string
 	stopFile string
 	wg       sync.WaitGroup
 	res      Result
@@ -35,12 +36,15 @@ type clientLoop struct {
 }
 
 // runProbe starts e2e-probe on the client with args, stopped by finish.
-func (e *Env) runProbe(args ...string) *clientLoop {
-	l := &clientLoop{e: e, stopFile: newStopFile()}
+func (e *Env) runProbe(args ...string) *clientLoop { return e.runProbeOn(ClientHost, args...) }
+
+// runProbeOn starts e2e-probe on host with args, stopped by finish.
+func (e *Env) runProbeOn(host string, args ...string) *clientLoop {
+	l := &clientLoop{e: e, host: host, stopFile: newStopFile()}
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
-		l.res, l.err = e.Hosts.Run(context.Background(), ClientHost, append(append([]string{e.Probe}, args...), "--stop-file", l.stopFile)...)
+		l.res, l.err = e.Hosts.Run(context.Background(), host, append(append([]string{e.Probe}, args...), "--stop-file", l.stopFile)...)
 	}()
 	return l
 }
@@ -59,7 +63,7 @@ func (l *clientLoop) finish(t testing.TB) {
 // error of stopping or running it.
 func (l *clientLoop) end() error {
 	l.once.Do(func() {
-		if _, err := l.e.Hosts.Run(context.Background(), ClientHost, "touch", l.stopFile); err != nil {
+		if _, err := l.e.Hosts.Run(context.Background(), l.host, "touch", l.stopFile); err != nil {
 			l.endErr = fmt.Errorf("stopping the client loop: %w", err)
 			return
 		}
@@ -125,6 +129,7 @@ type moves struct {
 
 	mu       sync.Mutex
 	status   []string // node of each ServiceL2Status created, in order
+	created  int      // ServiceL2Status objects created while the watch ran
 	assigned []string // node of each nodeAssigned event, in order
 	log      []string // everything seen, for the failure message
 	// down holds, per watched stream, why its watch is not running now (the
@@ -138,6 +143,9 @@ type moveCount struct {
 	// ServiceL2Status objects and in nodeAssigned events, starting from the
 	// announcer when the watch started.
 	StatusMoves, EventMoves int
+	// Created counts the ServiceL2Status objects created while the watch
+	// ran (a move, a speaker restart: one each; more is churn).
+	Created int
 	// Last is the last announcer named by a ServiceL2Status.
 	Last string
 	// Log is the timeline.
@@ -145,7 +153,7 @@ type moveCount struct {
 }
 
 func (m moveCount) String() string {
-	return fmt.Sprintf("%d ServiceL2Status moves, %d nodeAssigned moves; timeline:\n  %s", m.StatusMoves, m.EventMoves, strings.Join(m.Log, "\n  "))
+	return fmt.Sprintf("%d ServiceL2Status moves, %d nodeAssigned moves, %d ServiceL2Status created; timeline:\n  %s", m.StatusMoves, m.EventMoves, m.Created, strings.Join(m.Log, "\n  "))
 }
 
 // watchMoves starts watching the Service's announcers; owner is its
@@ -190,6 +198,9 @@ func (e *Env) watchMoves(t testing.TB, ns, name, owner string) *moves {
 			m.mu.Lock()
 			defer m.mu.Unlock()
 			m.logfLocked("ServiceL2Status %s %s node=%s", st.Name, ev.Type, st.Status.Node)
+			if ev.Type == watch.Added {
+				m.created++
+			}
 			// A status being deleted claims nothing.
 			if (ev.Type == watch.Added || ev.Type == watch.Modified) && st.DeletionTimestamp == nil {
 				node := st.Status.Node
@@ -340,7 +351,7 @@ func (m *moves) logfLocked(format string, args ...any) {
 func (m *moves) current() moveCount {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return moveCount{StatusMoves: len(m.status) - 1, EventMoves: len(m.assigned) - 1, Last: m.status[len(m.status)-1], Log: append([]string(nil), m.log...)}
+	return moveCount{StatusMoves: len(m.status) - 1, EventMoves: len(m.assigned) - 1, Created: m.created, Last: m.status[len(m.status)-1], Log: append([]string(nil), m.log...)}
 }
 
 // stop ends the watch and returns the counts; it is logged.
