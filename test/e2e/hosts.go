@@ -23,6 +23,10 @@ import (
 // ClientHost is the external client's host name (the walkthrough's mypc).
 const ClientHost = "mypc"
 
+// SecondClientHost is the lab's second client on the segment, where the
+// nemesis's checker runs beside ClientHost.
+const SecondClientHost = labnet.SecondClientName
+
 // Result is a command's output and exit code.
 type Result struct {
 	Stdout, Stderr string

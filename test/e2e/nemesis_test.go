@@ -28,10 +28,11 @@ import (
 )
 
 // The nemesis (issue 25, DESIGN.md section 5b): random faults from a seeded
-// schedule, one or two at a time, while mypc watches every walkthrough IP
-// (ARP every 100 ms counting the MACs that answer, 4 keep-alive connections
-// and a new connection every 20 ms per IP); then package nemesis judges the
-// records against the schedule's truth of which data paths were down.
+// schedule, one or two at a time, while mypc and mypc2 each watch every
+// walkthrough IP (ARP every 100 ms counting the MACs that answer, 4
+// keep-alive connections and a new connection every 20 ms per IP); then
+// package nemesis judges the records against the schedule's truth of which
+// data paths were down.
 //
 //	E2E_NEMESIS_SEED      replay a schedule (default: TestNemesis nemesisTestSeed, BenchmarkChaos drawn from the clock; printed)
 //	E2E_NEMESIS_DURATION  faults and quiet times in all (TestNemesis 3m30s, BenchmarkChaos 30m)
@@ -96,7 +97,7 @@ func BenchmarkChaos(b *testing.B) {
 	}
 }
 
-// runNemesis draws the schedule, applies it in the lab while mypc runs the
+// runNemesis draws the schedule, applies it in the lab while mypc and mypc2 run the
 // checker's probes, and returns the checker's report (logged in full).
 func (e *Env) runNemesis(t testing.TB, defaultDur time.Duration, defaultSeed uint64) (nemesis.Report, nemesis.Schedule) {
 	h, ok := e.Hosts.(nemesisHosts)
@@ -186,7 +187,7 @@ func (e *Env) runNemesis(t testing.TB, defaultDur time.Duration, defaultSeed uin
 		}
 	})
 	owners := e.recordOwners(t, ips)
-	chk := e.startChaosProbe(t, ips)
+	chk := e.startChaosProbe(t, ips, checkerHosts...)
 	time.Sleep(nemesisBaseline)
 	for i, ep := range sched.Episodes {
 		fmt.Fprintf(os.Stderr, "nemesis: episode %d of %d: %v\n", i+1, len(sched.Episodes), ep.Faults)
@@ -198,36 +199,41 @@ func (e *Env) runNemesis(t testing.TB, defaultDur time.Duration, defaultSeed uin
 	rec := owners.stop(t)
 
 	obs := nemesis.Observations{Nodes: tp.nodes, IPs: ips, ARPInterval: arpEvery, MACNode: macNode, Owners: rec, Faults: applied}
-	for i, tg := range out.Targets {
-		if tg.ARPErr != "" {
-			t.Fatalf("ARP for %s from %s: %s", tg.IP, ClientHost, tg.ARPErr)
-		}
-		// The checker's 100 ms buckets start half an interval before the
-		// first request, so that each answer lands mid-bucket and a request
-		// sent a few ms late by a loaded client does not leave a bucket empty.
-		if start := tg.ARPStart.Add(-arpEvery / 2); i == 0 || start.After(obs.ARPStart) {
-			obs.ARPStart = start
-		}
-		if i == 0 || tg.ARPEnd.Before(obs.ARPEnd) {
-			obs.ARPEnd = tg.ARPEnd
-		}
-		for _, a := range tg.ARP {
-			obs.ARP = append(obs.ARP, nemesis.ARPSample{At: a.At, IP: tg.IP, MAC: a.MAC.String()})
-		}
-		for _, n := range tg.NewConns {
-			obs.NewConns = append(obs.NewConns, nemesis.Event{At: n.Sent, IP: tg.IP, OK: n.OK})
-		}
-		for _, c := range tg.KeepAlive.Conns {
-			// A probe that never got through proves nothing.
-			if c.OK == 0 {
-				t.Errorf("keep-alive connection %d to %s was never answered: %+v", c.ID, tg.IP, c)
+	first := true
+	for _, host := range checkerHosts {
+		for _, tg := range out[host].Targets {
+			if tg.ARPErr != "" {
+				t.Fatalf("ARP for %s from %s: %s", tg.IP, host, tg.ARPErr)
 			}
-			for _, br := range c.Breaks {
-				obs.Breaks = append(obs.Breaks, nemesis.Event{At: br.At, IP: tg.IP})
+			// The checker's 100 ms buckets start half an interval before
+			// the first request, so that each answer lands mid-bucket and
+			// a request sent a few ms late by a loaded client does not
+			// leave a bucket empty; they cover the time every client asked.
+			if start := tg.ARPStart.Add(-arpEvery / 2); first || start.After(obs.ARPStart) {
+				obs.ARPStart = start
 			}
-		}
-		if len(tg.ARP) == 0 {
-			t.Errorf("nobody ever answered ARP for %s: the checker saw nothing", tg.IP)
+			if first || tg.ARPEnd.Before(obs.ARPEnd) {
+				obs.ARPEnd = tg.ARPEnd
+			}
+			first = false
+			for _, a := range tg.ARP {
+				obs.ARP = append(obs.ARP, nemesis.ARPSample{At: a.At, IP: tg.IP, MAC: a.MAC.String(), Client: host})
+			}
+			for _, n := range tg.NewConns {
+				obs.NewConns = append(obs.NewConns, nemesis.Event{At: n.Sent, IP: tg.IP, OK: n.OK})
+			}
+			for _, c := range tg.KeepAlive.Conns {
+				// A probe that never got through proves nothing.
+				if c.OK == 0 {
+					t.Errorf("keep-alive connection %d from %s to %s was never answered: %+v", c.ID, host, tg.IP, c)
+				}
+				for _, br := range c.Breaks {
+					obs.Breaks = append(obs.Breaks, nemesis.Event{At: br.At, IP: tg.IP})
+				}
+			}
+			if len(tg.ARP) == 0 {
+				t.Errorf("nobody ever answered ARP for %s at %s: the checker saw nothing", tg.IP, host)
+			}
 		}
 	}
 	rep := nemesis.Check(obs, nemesis.Limits{})
@@ -290,36 +296,48 @@ func (e *Env) waitRecovered(t testing.TB, when string) {
 	e.waitClusterReady(t, when)
 }
 
-// chaosProbe is e2e-probe --chaos running on the client.
-type chaosProbe struct{ loop *clientLoop }
+// checkerHosts are the clients the nemesis's checker runs on (issue 25: mypc
+// and a second client host on the same segment).
+var checkerHosts = []string{ClientHost, SecondClientHost}
 
-// startChaosProbe starts the checker's probes on the client against ips and
+// chaosProbe is e2e-probe --chaos running on each checker host.
+type chaosProbe struct{ loops map[string]*clientLoop }
+
+// startChaosProbe starts the checker's probes on each host against ips and
 // waits until every persistent connection has been answered once.
-func (e *Env) startChaosProbe(t testing.TB, ips []string) *chaosProbe {
+func (e *Env) startChaosProbe(t testing.TB, ips []string, hosts ...string) *chaosProbe {
 	t.Helper()
-	ready := newStopFile() + "-ready"
-	p := &chaosProbe{loop: e.runProbe("--chaos", strings.Join(ips, ","), "--arp-interval", arpEvery.String(),
-		"--keepalive", strconv.Itoa(keepAliveConns), "--keepalive-interval", "100ms", "--interval", "20ms", "--timeout", "1s", "--ready-file", ready)}
-	t.Cleanup(func() { _ = p.loop.end() }) // after stop: a no-op; before: the test has failed already
-	poll(t, 30*time.Second, fmt.Sprintf("%d keep-alive connections from %s to each of %v answered", keepAliveConns, ClientHost, ips), func() (bool, string) {
-		r, err := e.Hosts.Run(context.Background(), ClientHost, "rm", ready)
-		if err != nil {
-			return false, err.Error()
-		}
-		return r.Code == 0, "not yet"
-	})
+	p := &chaosProbe{loops: map[string]*clientLoop{}}
+	for _, host := range hosts {
+		ready := newStopFile() + "-ready"
+		l := e.runProbeOn(host, "--chaos", strings.Join(ips, ","), "--arp-interval", arpEvery.String(),
+			"--keepalive", strconv.Itoa(keepAliveConns), "--keepalive-interval", "100ms", "--interval", "20ms", "--timeout", "1s", "--ready-file", ready)
+		p.loops[host] = l
+		t.Cleanup(func() { _ = l.end() }) // after stop: a no-op; before: the test has failed already
+		poll(t, 30*time.Second, fmt.Sprintf("%d keep-alive connections from %s to each of %v answered", keepAliveConns, host, ips), func() (bool, string) {
+			r, err := e.Hosts.Run(context.Background(), host, "rm", ready)
+			if err != nil {
+				return false, err.Error()
+			}
+			return r.Code == 0, "not yet"
+		})
+	}
 	return p
 }
 
-// stop ends the probes and returns their records.
-func (p *chaosProbe) stop(t testing.TB) probe.ChaosReport {
+// stop ends the probes and returns their records by host.
+func (p *chaosProbe) stop(t testing.TB) map[string]probe.ChaosReport {
 	t.Helper()
-	p.loop.finish(t)
-	rep, err := probe.ParseChaos(p.loop.res.Stdout)
-	if err != nil {
-		t.Fatalf("%v\nstderr: %s", err, p.loop.res.Stderr)
+	out := map[string]probe.ChaosReport{}
+	for host, l := range p.loops {
+		l.finish(t)
+		rep, err := probe.ParseChaos(l.res.Stdout)
+		if err != nil {
+			t.Fatalf("%s: %v\nstderr: %s", host, err, l.res.Stderr)
+		}
+		out[host] = rep
 	}
-	return rep
+	return out
 }
 
 // ownerRecorder records the announcer ServiceL2Status names for each
@@ -423,7 +441,7 @@ func (r *ownerRecorder) stop(t testing.TB) []nemesis.Event {
 
 // dumpNemesis prints what explains a failed nemesis run: the schedule and
 // its seed, the faults as applied, every speaker's "owner changed" and
-// data-path verdict lines, and the neighbour tables of mypc and the nodes.
+// data-path verdict lines, and the neighbour tables of the checker hosts and the nodes.
 func (e *Env) dumpNemesis(t testing.TB, sched nemesis.Schedule, applied []nemesis.Applied, nodes []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -448,7 +466,7 @@ func (e *Env) dumpNemesis(t testing.TB, sched nemesis.Schedule, applied []nemesi
 		fmt.Fprintf(&b, "---- %s (%s): owner changes, data-path verdicts, membership (last 150 of %d lines)\n%s\n", n, p.Name, len(lines),
 			strings.Join(lines[max(0, len(lines)-150):], "\n"))
 	}
-	for _, host := range append([]string{ClientHost}, nodes...) {
+	for _, host := range append(slices.Clone(checkerHosts), nodes...) {
 		if r, err := e.Hosts.Run(ctx, host, "ip", "neigh", "show"); err == nil {
 			fmt.Fprintf(&b, "---- %s: ip neigh\n%s", host, r.Stdout)
 		}

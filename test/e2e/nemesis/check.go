@@ -16,11 +16,13 @@ type Applied struct {
 }
 
 // ARPSample is one ARP reply or announcement (or NDP advertisement) for an
-// IP, as the client received it.
+// IP, as a client received it.
 type ARPSample struct {
 	At  time.Time
 	IP  string
 	MAC string
+	// Client is the host that heard it ("" when there is one client).
+	Client string
 }
 
 // Event is something that happened to one IP at a time: a keep-alive
@@ -40,9 +42,10 @@ type Observations struct {
 	Nodes []string
 	// IPs are the Service IPs the client asked for.
 	IPs []string
-	// ARPStart and ARPEnd bound the time the client asked for every IP,
-	// once every ARPInterval: a bucket of that length with no answer is an
-	// IP nobody answered.
+	// ARPStart and ARPEnd bound the time every client asked for every IP,
+	// once every ARPInterval: a bucket of that length in which a client
+	// heard no answer is an IP nobody answered (for that client). Two MACs,
+	// moves and convergence are judged on what all clients heard together.
 	ARPStart, ARPEnd time.Time
 	ARPInterval      time.Duration
 	ARP              []ARPSample
@@ -97,6 +100,17 @@ type Interval struct {
 	IP       string
 	From, To time.Time
 	MACs     []string
+	// Client is the host that heard no answer ("" for a dual answer, heard
+	// by the clients together, and when there is one client).
+	Client string
+}
+
+// where names the client of a no-answer interval, if there are several.
+func (iv Interval) where() string {
+	if iv.Client == "" {
+		return ""
+	}
+	return " at " + iv.Client
 }
 
 // Duration is the interval's length.
@@ -198,8 +212,19 @@ func Check(obs Observations, l Limits) Report {
 		return false
 	}
 
+	var clients []string
+	for _, s := range obs.ARP {
+		if !slices.Contains(clients, s.Client) {
+			clients = append(clients, s.Client)
+		}
+	}
+	slices.Sort(clients)
 	for _, ip := range obs.IPs {
-		// The MACs heard in each bucket.
+		// The MACs each client heard in each bucket, and all clients together.
+		heard := map[string][][]string{}
+		for _, c := range clients {
+			heard[c] = make([][]string, nb)
+		}
 		sets := make([][]string, nb)
 		for _, s := range obs.ARP {
 			if s.IP != ip || s.At.Before(obs.ARPStart) {
@@ -213,9 +238,12 @@ func Check(obs Observations, l Limits) Report {
 			if !slices.Contains(sets[b], mac) {
 				sets[b] = append(sets[b], mac)
 			}
+			if h := heard[s.Client]; !slices.Contains(h[b], mac) {
+				h[b] = append(h[b], mac)
+			}
 		}
 		// Dual and none runs.
-		runs := func(match func([]string) bool, add func(w *Window, in Interval)) {
+		runs := func(sets [][]string, client string, match func([]string) bool, add func(w *Window, in Interval)) {
 			for b := 0; b < nb; {
 				if !match(sets[b]) {
 					b++
@@ -232,23 +260,27 @@ func Check(obs Observations, l Limits) Report {
 					e++
 				}
 				slices.Sort(macs)
-				in := Interval{IP: ip, From: bucketStart(b), To: bucketStart(e), MACs: macs}
+				in := Interval{IP: ip, From: bucketStart(b), To: bucketStart(e), MACs: macs, Client: client}
 				add(bucketWin(in.From), in)
 				b = e
 			}
 		}
-		runs(func(s []string) bool { return len(s) >= 2 }, func(w *Window, in Interval) {
+		runs(sets, "", func(s []string) bool { return len(s) >= 2 }, func(w *Window, in Interval) {
 			w.Dual = append(w.Dual, in)
 			w.LongestDual = max(w.LongestDual, in.Duration())
 		})
-		runs(func(s []string) bool { return len(s) == 0 }, func(w *Window, in Interval) {
-			w.None = append(w.None, in)
-			w.LongestNone = max(w.LongestNone, in.Duration())
-			if in.Duration() > w.longestNoneByIP[ip] {
-				w.longestNoneByIP[ip] = in.Duration()
-				w.longestNoneIntervals[ip] = in
-			}
-		})
+		// An IP is unanswered for a client that hears no answer, whatever
+		// the other clients hear.
+		for _, c := range clients {
+			runs(heard[c], c, func(s []string) bool { return len(s) == 0 }, func(w *Window, in Interval) {
+				w.None = append(w.None, in)
+				w.LongestNone = max(w.LongestNone, in.Duration())
+				if in.Duration() > w.longestNoneByIP[ip] {
+					w.longestNoneByIP[ip] = in.Duration()
+					w.longestNoneIntervals[ip] = in
+				}
+			})
+		}
 		// Moves: changes between buckets answered by one MAC; the move is
 		// when the new MAC was first heard after the old one's last lone
 		// answer.
@@ -445,15 +477,15 @@ func (w *Window) violations(l Limits) []string {
 		for _, ip := range slices.Sorted(mapsKeys(w.longestNoneIntervals)) {
 			in := w.longestNoneIntervals[ip]
 			if in.Duration() > l.Answer {
-				out = append(out, fmt.Sprintf("%s: %s answered by nobody for %v (%s-%s) under a single fault that leaves a majority up, bound %v",
-					name, ip, in.Duration(), in.From.Format("15:04:05.000"), in.To.Format("15:04:05.000"), l.Answer))
+				out = append(out, fmt.Sprintf("%s: %s answered by nobody%s for %v (%s-%s) under a single fault that leaves a majority up, bound %v",
+					name, ip, in.where(), in.Duration(), in.From.Format("15:04:05.000"), in.To.Format("15:04:05.000"), l.Answer))
 			}
 		}
 	}
 	if w.Episode == 0 {
 		for _, in := range w.None {
 			if in.Duration() > l.Answer {
-				out = append(out, fmt.Sprintf("%s: %s answered by nobody for %v (%s-%s) with no fault", name, in.IP, in.Duration(),
+				out = append(out, fmt.Sprintf("%s: %s answered by nobody%s for %v (%s-%s) with no fault", name, in.IP, in.where(), in.Duration(),
 					in.From.Format("15:04:05.000"), in.To.Format("15:04:05.000")))
 			}
 		}
@@ -540,7 +572,7 @@ func (r Report) String() string {
 		}
 		for _, ip := range slices.Sorted(mapsKeys(w.longestNoneIntervals)) {
 			if in := w.longestNoneIntervals[ip]; in.Duration() > r.Limits.Answer/2 {
-				fmt.Fprintf(&b, "    longest no-answer %s %s-%s (%v)\n", ip, in.From.Format("15:04:05.000"), in.To.Format("15:04:05.000"), in.Duration())
+				fmt.Fprintf(&b, "    longest no-answer %s%s %s-%s (%v)\n", ip, in.where(), in.From.Format("15:04:05.000"), in.To.Format("15:04:05.000"), in.Duration())
 			}
 		}
 		moves += len(w.Moves)

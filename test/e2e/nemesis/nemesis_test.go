@@ -128,6 +128,14 @@ func answers(ip, node string, from, to float64) []ARPSample {
 
 func join(parts ...[]ARPSample) []ARPSample { return slices.Concat(parts...) }
 
+// heardBy marks samples as heard by client.
+func heardBy(client string, s []ARPSample) []ARPSample {
+	for i := range s {
+		s[i].Client = client
+	}
+	return s
+}
+
 func fault(ep int, k Kind, victims []string, from, to float64) Applied {
 	down, impaired := effects(k, victims, nodes)
 	return Applied{Fault: Fault{Kind: k, Nodes: victims, DataPathDown: down, Impaired: impaired, Duration: at(to).Sub(at(from))},
@@ -244,6 +252,25 @@ func TestCheck(t *testing.T) {
 			}()), fault(1, SpeakerKill, []string{"w1"}, 5, 5)),
 			want:  []string{"needless move", "unknown MAC", "converged 5s after the heal"},
 			moves: 1, needless: 1, conv: 5 * time.Second,
+		},
+		{
+			name: "two clients: one hears no answer for 2 s under a single fault while the other hears the owner",
+			obs: obs(join(heardBy("mypc", answers(ip, "w1", 0, 30)),
+				heardBy("mypc2", join(answers(ip, "w1", 0, 10), answers(ip, "w1", 12, 30)))),
+				fault(1, CablePull, []string{"w2"}, 10, 11)),
+			want: []string{ip + " answered by nobody at mypc2 for 2s"},
+		},
+		{
+			name: "two clients: each hears one MAC, a different one, for 2 s",
+			obs: obs(join(heardBy("mypc", answers(ip, "w1", 0, 30)),
+				heardBy("mypc2", join(answers(ip, "w1", 0, 10), answers(ip, "w3", 10, 12), answers(ip, "w1", 12, 30)))),
+				fault(1, MemberlistCut, []string{"w3"}, 9, 20)),
+			want: []string{"answered by 2 MACs"},
+		},
+		{
+			name: "two clients hear the same owner: nothing to report",
+			obs: obs(join(heardBy("mypc", answers(ip, "w1", 0, 30)), heardBy("mypc2", answers(ip, "w1", 0, 30))),
+				fault(1, CablePull, []string{"w2"}, 10, 11)),
 		},
 		{
 			name: "no fault, nobody answers for 2 s",

@@ -1,7 +1,7 @@
 // Package labctl runs the lab: a real Kubernetes cluster (etcd, kube-apiserver,
 // kube-controller-manager, kube-scheduler, kube-proxy per node and the lab's node agent in place
-// of the kubelet) inside network namespaces on this machine, with a client host "mypc" on the
-// nodes' L2 segment. It mirrors the kind cluster of the walkthrough without a container engine.
+// of the kubelet) inside network namespaces on this machine, with client hosts "mypc" and
+// "mypc2" on the nodes' L2 segment. It mirrors the kind cluster of the walkthrough without a container engine.
 //
 // Lab.Up brings it up (idempotently), Lab.Down removes every namespace, link and process it
 // made, Lab.Exec runs a command on a lab host, and Lab.KillNode/RestoreNode simulate a node

@@ -125,7 +125,7 @@ func (l *Lab) Up(ctx context.Context, opts UpOptions) error {
 }
 
 func (l *Lab) up(ctx context.Context, topo *labnet.Topology, opts UpOptions) error {
-	done := l.step("creating network namespaces: %s, %d nodes and %s", labnet.SwitchNS, len(topo.Nodes()), labnet.ClientName)
+	done := l.step("creating network namespaces: %s, %d nodes, %s and %s", labnet.SwitchNS, len(topo.Nodes()), labnet.ClientName, labnet.SecondClientName)
 	if err := topo.Build(ctx); err != nil {
 		return err
 	}

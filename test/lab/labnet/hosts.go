@@ -32,6 +32,10 @@ const (
 	ControlPlaneName = "myk8s-control-plane"
 	// ClientName is the host outside the cluster.
 	ClientName = "mypc"
+	// SecondClientName is a second host outside the cluster on the same segment: the
+	// nemesis's checker watches every IP from both clients, so an answer only one of
+	// them hears, or a gratuitous ARP only one of them gets, shows.
+	SecondClientName = "mypc2"
 	// PrometheusName is the monitoring host (lab up --prometheus): outside the cluster
 	// like mypc, with routes to the pod CIDRs so it can scrape pods.
 	PrometheusName = "prometheus"
@@ -49,6 +53,8 @@ var (
 	DefaultServiceSubnet = netip.MustParsePrefix("10.200.1.0/24")
 	// ClientIP is mypc's address.
 	ClientIP = netip.MustParseAddr("172.18.0.100")
+	// SecondClientIP is mypc2's address.
+	SecondClientIP = netip.MustParseAddr("172.18.0.102")
 
 	// NodeSubnet6 is the segment's IPv6 prefix: kind's network is dual-stack with this ULA.
 	// A host's IPv6 address ends in the digits of its IPv4 address's last octet
@@ -194,8 +200,8 @@ func ParseServiceSubnet(s string) (netip.Prefix, error) {
 	return p, nil
 }
 
-// New returns the lab's topology: a control plane, the given number of workers and mypc,
-// dual-stack. Workers are named like kind's: myk8s-worker, myk8s-worker2, myk8s-worker3, ...
+// New returns the lab's topology: a control plane, the given number of workers, mypc and
+// mypc2, dual-stack. Workers are named like kind's: myk8s-worker, myk8s-worker2, myk8s-worker3, ...
 func New(workers int) (*Topology, error) { return NewWithPrefix(workers, NSPrefix, FamilyDual) }
 
 // NewWithPrefix returns the same topology with other namespace names (prefix + host name,
@@ -218,7 +224,8 @@ func NewWithPrefix(workers int, prefix, family string) (*Topology, error) {
 		}
 		t.Hosts = append(t.Hosts, t.newHost(name, byte(i+2), i, i == 0))
 	}
-	t.Hosts = append(t.Hosts, t.newHost(ClientName, ClientIP.As4()[3], -1, false))
+	t.Hosts = append(t.Hosts, t.newHost(ClientName, ClientIP.As4()[3], -1, false),
+		t.newHost(SecondClientName, SecondClientIP.As4()[3], -1, false))
 	return t, nil
 }
 
@@ -293,10 +300,10 @@ func (t *Topology) Host(name string) (Host, bool) {
 // ControlPlane returns the control-plane node.
 func (t *Topology) ControlPlane() Host { return t.Hosts[0] }
 
-// labNSPattern matches the host namespaces of the lab: the switch, the nodes (myk8s-*), mypc
+// labNSPattern matches the host namespaces of the lab: the switch, the nodes (myk8s-*), mypc, mypc2
 // and the monitoring host. Other "ilb-" namespaces, such as ones a unit test makes, are not
 // the lab's.
-var labNSPattern = regexp.MustCompile(`^ilb-(sw|mypc|prometheus|myk8s-[a-z0-9-]+)$`)
+var labNSPattern = regexp.MustCompile(`^ilb-(sw|mypc2?|prometheus|myk8s-[a-z0-9-]+)$`)
 
 // IsLabNS reports whether a namespace name is one of the lab's host namespaces.
 func IsLabNS(name string) bool { return labNSPattern.MatchString(name) }

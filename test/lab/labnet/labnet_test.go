@@ -25,6 +25,7 @@ func TestTopologyNames(t *testing.T) {
 		{"myk8s-worker3", "172.18.0.5", "02:42:ac:12:00:05", "10.10.3.0/24"},
 		{"myk8s-worker4", "172.18.0.6", "02:42:ac:12:00:06", "10.10.4.0/24"},
 		{"mypc", "172.18.0.100", "02:42:ac:12:00:64", "invalid Prefix"},
+		{"mypc2", "172.18.0.102", "02:42:ac:12:00:66", "invalid Prefix"},
 	}
 	if len(topo.Hosts) != len(want) {
 		t.Fatalf("got %d hosts, want %d", len(topo.Hosts), len(want))
@@ -62,7 +63,7 @@ func TestTopologyNames(t *testing.T) {
 
 func TestOwnership(t *testing.T) {
 	for name, want := range map[string]bool{
-		"ilb-sw": true, "ilb-mypc": true, "ilb-prometheus": true, "ilb-myk8s-worker12": true, "ilb-p-0123abcd": false,
+		"ilb-sw": true, "ilb-mypc": true, "ilb-mypc2": true, "ilb-mypc3": false, "ilb-prometheus": true, "ilb-myk8s-worker12": true, "ilb-p-0123abcd": false,
 		"ilb-l2test": false, "ilb-p-xyz": false, "ilb-swx": false, "other": false,
 	} {
 		if got := IsLabNS(name); got != want {
@@ -186,6 +187,7 @@ func TestDualStackAddresses(t *testing.T) {
 		"myk8s-worker":        {"172.18.0.3", "fc00:f853:ccd:e793::3", "fd00:10:10:1::/64"},
 		"myk8s-worker12":      {"172.18.0.14", "fc00:f853:ccd:e793::14", "fd00:10:10:c::/64"},
 		"mypc":                {"172.18.0.100", "fc00:f853:ccd:e793::100", "invalid Prefix"},
+		"mypc2":               {"172.18.0.102", "fc00:f853:ccd:e793::102", "invalid Prefix"},
 	} {
 		h, _ := topo.Host(name)
 		if got := [3]string{h.IP.String(), h.IP6.String(), h.PodCIDR6.String()}; got != want {
