@@ -170,7 +170,7 @@ bench-metallb: metallb image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIE
 	LAB_PROMETHEUS=0 go test -tags e2e ./test/e2e -run '^$$' -bench VersusMetalLB -benchtime 1x -timeout 90m -v
 
 .PHONY: bench-chaos
-bench-chaos: image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## The nemesis for E2E_NEMESIS_DURATION=30m in the lab (root): random faults, one or two at a time (seed printed; E2E_NEMESIS_SEED=N replays it, E2E_NEMESIS_FAULTS picks kinds), checked from mypc; prints the report (docs/benchmarks-e2e.md#nemesis).
+bench-chaos: image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## The nemesis for E2E_NEMESIS_DURATION=30m in the lab (root): random faults, one or two at a time (seed printed; E2E_NEMESIS_SEED=N replays it, E2E_NEMESIS_FAULTS picks kinds), checked from mypc and mypc2; prints the report (docs/benchmarks-e2e.md#nemesis).
 	LAB_PROMETHEUS=0 go test -tags e2e ./test/e2e -run '^$$' -bench 'Chaos$$' -benchtime 1x -timeout $(BENCH_CHAOS_TIMEOUT) -v
 
 # bench-chaos's go test timeout: its 30 minutes of faults plus the lab and the recoveries.

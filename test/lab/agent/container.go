@@ -28,8 +28,10 @@ const (
 	kindSidecar // an init container with restartPolicy Always
 )
 
-// Restart back-off: the first restart is immediate, then 2 s doubling to a
-// minute (shorter than the kubelet's 10 s..5 min, to keep the lab brisk).
+// Restart back-off, as the kubelet's: the first restart is immediate (the
+// kubelet restarts a container that crashed for the first time at its next
+// sync), then 2 s doubling to a minute (shorter than the kubelet's 10 s..5
+// min, to keep the lab brisk), back to immediate after a run of 10 minutes.
 const (
 	backoffFirst = 2 * time.Second
 	backoffMax   = time.Minute
@@ -200,24 +202,36 @@ func (r *containerRunner) loop(ctx context.Context) bool {
 			})
 			return term.ExitCode == 0
 		}
-		if term.FinishedAt.Sub(term.StartedAt.Time) > backoffReset {
-			backoff = 0
-		} else {
-			backoff = nextBackoff(backoff)
+		var wait time.Duration
+		wait, backoff = restartWait(backoff, term.FinishedAt.Sub(term.StartedAt.Time))
+		state := corev1.ContainerState{Terminated: term}
+		if wait > 0 {
+			pod := r.w.latest()
+			msg := fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", wait, r.spec.Name, pod.Name, pod.Namespace, pod.UID)
+			r.w.event(corev1.EventTypeWarning, "BackOff", "Back-off restarting failed container %s in pod %s_%s(%s)", r.spec.Name, pod.Name, pod.Namespace, pod.UID)
+			state = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: msg}}
 		}
-		pod := r.w.latest()
-		msg := fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", backoff, r.spec.Name, pod.Name, pod.Namespace, pod.UID)
-		r.w.event(corev1.EventTypeWarning, "BackOff", "Back-off restarting failed container %s in pod %s_%s(%s)", r.spec.Name, pod.Name, pod.Namespace, pod.UID)
 		r.update(func(s *corev1.ContainerStatus) {
 			s.RestartCount++
 			s.LastTerminationState = corev1.ContainerState{Terminated: term}
-			s.State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: msg}}
+			s.State = state
 			s.Ready, s.Started = false, ptr.To(false)
 		})
-		if !r.sleep(ctx, backoff) {
+		if !r.sleep(ctx, wait) {
 			return false
 		}
 	}
+}
+
+// restartWait returns how long to wait before restarting a container that
+// exited after running for ran, and the back-off for its next exit: the
+// current back-off (none after the first exit or a run longer than
+// backoffReset), then the doubled one.
+func restartWait(backoff, ran time.Duration) (wait, next time.Duration) {
+	if ran > backoffReset {
+		backoff = 0
+	}
+	return backoff, nextBackoff(backoff)
 }
 
 func nextBackoff(b time.Duration) time.Duration {
