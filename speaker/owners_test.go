@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
+	"github.com/ironlb/ironlb/api/v1beta1"
 	"github.com/ironlb/ironlb/internal/election"
 	"github.com/ironlb/ironlb/internal/layer2"
 	"github.com/ironlb/ironlb/internal/ownership"
@@ -620,5 +622,49 @@ func TestSharedIPFollowsOneKey(t *testing.T) {
 	}
 	if len(announcers["ns1/sh-a"]) != 1 || !slices.Equal(announcers["ns1/sh-a"], announcers["ns1/sh-b"]) {
 		t.Fatalf("announcers of the Services sharing %s: sh-a %v, sh-b %v; want one node for both", v4, announcers["ns1/sh-a"], announcers["ns1/sh-b"])
+	}
+}
+
+// TestStatusWaitsForOwnershipSync: a restarted speaker's status writer runs
+// before ownership has synced, when Want is empty for every Service. It must
+// not delete this node's records then: they are the seeds the restart resumes
+// from (in the lab, a speaker killed with -9 and restarted at once deleted
+// them, and its IP moved to another node). After Sync it keeps the record of
+// what it still owns.
+func TestStatusWaitsForOwnershipSync(t *testing.T) {
+	scheme, _ := Scheme()
+	ip := "172.18.255.201"
+	svc := lbService(ip)
+	key := client.ObjectKeyFromObject(svc).String()
+	record := &v1beta1.ServiceL2Status{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "l2-w1", Labels: map[string]string{
+		v1beta1.ServiceL2StatusNodeLabel: "w1", v1beta1.ServiceL2StatusServiceNameLabel: svc.Name,
+		v1beta1.ServiceL2StatusServiceNamespaceLabel: svc.Namespace}},
+		Status: v1beta1.MetalLBServiceL2Status{Node: "w1", ServiceName: svc.Name, ServiceNamespace: svc.Namespace}}
+	b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(svc, record).WithStatusSubresource(record)
+	if err := setupIndexes(context.Background(), builderIndexer{b}); err != nil {
+		t.Fatal(err)
+	}
+	c := b.Build()
+	o := newOwners(logr.Discard(), "w1", ownership.Options{Hold: 30 * time.Second}, newFakeAnnouncer(), newMetrics(nil), nopRecorder{})
+	for _, n := range []string{"w1", "w2"} {
+		o.SetSpeaker(n, ownership.SpeakerAlive, time.Now())
+	}
+	o.SetService(key, input(ip, "w1", "w2"), svc)
+	w := &statusWriter{Client: c, apiRead: c, log: logr.Discard(), opts: Options{NodeName: "w1", Namespace: testNS}, own: o,
+		conflicts: newConflicts(), created: map[string]string{}}
+	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(svc)}
+	res, err := w.Reconcile(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if items := statuses(t, c); len(items) != 1 || res.RequeueAfter <= 0 {
+		t.Fatalf("before ownership synced: records %s, requeue after %v; want the record kept and a requeue", describeStatuses(items), res.RequeueAfter)
+	}
+	o.Sync(time.Now(), map[string]string{key: "w1"})
+	if _, err := w.Reconcile(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	if items := statuses(t, c); len(items) != 1 || items[0].Name != "l2-w1" || items[0].Status.Node != "w1" {
+		t.Fatalf("after resuming its IP: records %s, want w1's l2-w1 kept", describeStatuses(items))
 	}
 }

@@ -77,6 +77,14 @@ func (w *statusWriter) setup(mgr ctrl.Manager) error {
 
 // Reconcile syncs the ServiceL2Status objects of one Service.
 func (w *statusWriter) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	if !w.own.Synced() {
+		// Until ownership has synced, Want says "announce nothing" for
+		// every Service: acting on it, a restarted speaker deleted its own
+		// records, the seeds it and its peers resume from, and an IP moved
+		// after a speaker kill -9. Sync enqueues every Service it knows;
+		// the requeue covers the others (records of deleted Services).
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
 	svc := &corev1.Service{}
 	if err := w.Get(ctx, req.NamespacedName, svc); err != nil {
 		if !apierrors.IsNotFound(err) {
