@@ -612,8 +612,6 @@ func TestStatusNotDuplicated(t *testing.T) {
 	}
 }
 
-// checkOwner explains how the ServiceL2Status objects differ from exactly one
-// object for ns1/web owned by owner ("" when they match).
 // TestStatusServiceCacheLags: a speaker whose cache does not have a Service
 // (lagging after an API server restart) must not delete another node's
 // record of it unless the API server confirms the Service is gone.
@@ -702,6 +700,8 @@ func caughtUp(t *testing.T, cached, direct client.Client) func() string {
 	}
 }
 
+// checkOwner explains how the ServiceL2Status objects differ from exactly one
+// object for ns1/web owned by owner ("" when they match).
 func checkOwner(t *testing.T, c client.Client, owner string) func() string {
 	return func() string {
 		items := statuses(t, c)
