@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -56,5 +57,5 @@ func daemonSetOwner(ctx context.Context, reader client.Reader, namespace, pod st
 		return nil, nil
 	}
 	return &metav1.OwnerReference{APIVersion: c.APIVersion, Kind: c.Kind, Name: c.Name, UID: c.UID,
-		BlockOwnerDeletion: ptr(false), Controller: ptr(false)}, nil
+		BlockOwnerDeletion: ptr.To(false), Controller: ptr.To(false)}, nil
 }

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ironlb/ironlb/api/v1beta1"
@@ -37,7 +38,7 @@ func TestSpeakerConfigurationState(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKey{Namespace: testNS, Name: "speaker-w1"}, &pod); err != nil {
 		t.Fatal(err)
 	}
-	pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: ds.Name, UID: ds.UID, Controller: ptr(true)}}
+	pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: ds.Name, UID: ds.UID, Controller: ptr.To(true)}}
 	if err := c.Update(ctx, &pod); err != nil {
 		t.Fatal(err)
 	}

@@ -140,5 +140,3 @@ func (o *Options) nodeOptions() nodeOptions {
 		LeaveGrace:        o.LeaveGrace,
 	}
 }
-
-func ptr[T any](v T) *T { return &v }

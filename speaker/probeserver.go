@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -34,6 +35,6 @@ func probeServer(addr string, ready healthz.Checker, status http.Handler) (*mana
 		Name:            "health probe",
 		Server:          &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
 		Listener:        ln,
-		ShutdownTimeout: ptr(time.Second),
+		ShutdownTimeout: ptr.To(time.Second),
 	}, nil
 }

@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -117,10 +118,10 @@ func Run(ctx context.Context, opts Options) error {
 		LeaderElection:         false,
 		// One manager per process in production; tests run several speakers
 		// in one process, whose controllers share names.
-		Controller: config.Controller{SkipNameValidation: ptr(true)},
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 		// The speaker must stop quickly on SIGTERM; the memberlist leave
 		// already happened by then.
-		GracefulShutdownTimeout: ptr(shutdownTimeout),
+		GracefulShutdownTimeout: ptr.To(shutdownTimeout),
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
