@@ -21,7 +21,7 @@ import (
 )
 
 // ClientHost is the external client's host name (the walkthrough's mypc).
-const ClientHost = "mypc"
+const ClientHost = labnet.ClientName
 
 // SecondClientHost is the lab's second client on the segment, where the
 // nemesis's checker runs beside ClientHost.
