@@ -41,19 +41,28 @@ func readKeyFile(path string) ([]byte, error) {
 }
 
 // A rotation has three phases on every speaker (docs/security.md): the new
-// key is installed at once (accepted, not used), used to send keyUseAfter
-// later, and the previous keys are retired keyRetireAfter after that.
+// key is installed at once (accepted, not used); it is used to send as soon
+// as every member this speaker sees says it accepts it too
+// (membership.MembersLackingKey, checked every keyAgreeInterval), and
+// keyUseAfter after the install at the latest; the previous keys are
+// retired keyRetireAfter after the switch.
 //
-// keyUseAfter must exceed the skew between speakers loading the rotated
-// Secret, so that every speaker accepts the new key before any sends with
-// it: the kubelet refreshes a mounted Secret within its sync period plus its
-// cache TTL (one minute each by default), and keyReloadInterval adds 10 s.
+// Waiting for the members' word is what lets a speaker restarted during a
+// rotation, which knows only the key in the file and sends with it, read
+// the others within seconds rather than minutes: they all accept its key,
+// so they switch to it. keyUseAfter only bounds the wait for a member that
+// never says (a previous release, or one whose Secret never updates): it
+// must exceed the skew between speakers loading the rotated Secret (the
+// kubelet refreshes a mounted Secret within its sync period plus its cache
+// TTL, one minute each by default, and keyReloadInterval adds 10 s).
 // keyRetireAfter must exceed the same skew, so that every speaker sends with
 // the new key before any stops accepting the old one. A leaked key stops
-// working keyUseAfter+keyRetireAfter after the rotation reached the nodes.
+// working keyUseAfter+keyRetireAfter after the rotation reached the nodes at
+// the latest.
 const (
-	keyUseAfter    = 3 * time.Minute
-	keyRetireAfter = 3 * time.Minute
+	keyUseAfter      = 3 * time.Minute
+	keyRetireAfter   = 3 * time.Minute
+	keyAgreeInterval = time.Second
 )
 
 // keyring is the part of *membership.List the key watcher drives.
@@ -61,25 +70,37 @@ type keyring interface {
 	InstallKey(secret []byte) error
 	UseKey(secret []byte) error
 	RetireOldKeys() (int, error)
+	MembersLackingKey(secret []byte) []string
 }
 
-// watchKeyFile re-reads the key file every interval until ctx ends and rotates kr
-// to its content when it differs from the key last loaded (current at start):
-// that is how a rotated Secret reaches memberlist without API access to Secrets.
-// The new key is installed at once, used keyUseAfter later, and the previous
+// keyTimings are a rotation's waits (the constants above; tests shorten them).
+type keyTimings struct {
+	reload, agree, useAfter, retireAfter time.Duration
+}
+
+// watchKeyFile re-reads the key file every keyReloadInterval until ctx ends
+// and rotates kr to its content when it differs from the key last loaded
+// (current at start): that is how a rotated Secret reaches memberlist
+// without API access to Secrets. The new key is installed at once, used once
+// every member accepts it (keyUseAfter at the latest), and the previous
 // keys are retired keyRetireAfter after that; a newer file restarts the
-// sequence with its key. A missing or empty file keeps the current key; each
-// distinct failure is logged once.
-func watchKeyFile(ctx context.Context, log logr.Logger, path string, interval time.Duration, current []byte, kr keyring) {
-	watchKeyFileRotating(ctx, log, path, interval, keyUseAfter, keyRetireAfter, current, kr)
+// sequence with its key. A missing or empty file keeps the current key;
+// each distinct failure is logged once.
+func watchKeyFile(ctx context.Context, log logr.Logger, path string, current []byte, kr keyring) {
+	watchKeyFileTimed(ctx, log, path, keyTimings{keyReloadInterval, keyAgreeInterval, keyUseAfter, keyRetireAfter}, current, kr)
 }
 
-func watchKeyFileRotating(ctx context.Context, log logr.Logger, path string, interval, useAfter, retireAfter time.Duration, current []byte, kr keyring) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	// use fires useAfter after a new key was installed, retire retireAfter
-	// after it was used; nil while nothing is pending.
-	var use, retire <-chan time.Time
+func watchKeyFileTimed(ctx context.Context, log logr.Logger, path string, tm keyTimings, current []byte, kr keyring) {
+	reload := time.NewTicker(tm.reload)
+	defer reload.Stop()
+	agree := time.NewTicker(tm.agree)
+	defer agree.Stop()
+	// pending: a new key is installed and not used yet; useBy is when it is
+	// used whatever the members say. retire fires retireAfter after the
+	// switch; nil while nothing is to retire.
+	pending := false
+	var useBy <-chan time.Time
+	var retire <-chan time.Time
 	lastErr := ""
 	report := func(err error) {
 		if err == nil {
@@ -91,28 +112,41 @@ func watchKeyFileRotating(ctx context.Context, log logr.Logger, path string, int
 			log.Error(err, "keeping the current memberlist key", "path", path)
 		}
 	}
+	use := func(lacking []string) {
+		if err := kr.UseKey(current); err != nil {
+			log.Error(err, "cannot send with the new memberlist key; retrying at the next check")
+			useBy = time.After(tm.reload)
+			return
+		}
+		pending, useBy = false, nil
+		retire = time.After(tm.retireAfter)
+		if len(lacking) > 0 {
+			log.Info("sending with the new memberlist key although these members have not said they accept it; they cannot read this speaker until they load it",
+				"members", lacking, "waited", tm.useAfter, "retireAfter", tm.retireAfter)
+			return
+		}
+		log.Info("sending with the new memberlist key: every member accepts it; previous keys accepted until retired", "retireAfter", tm.retireAfter)
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-use:
-			use = nil
-			if err := kr.UseKey(current); err != nil {
-				log.Error(err, "cannot send with the new memberlist key; retrying at the next check")
-				use = time.After(interval)
-				continue
+		case <-agree.C:
+			if pending && len(kr.MembersLackingKey(current)) == 0 {
+				use(nil)
 			}
-			retire = time.After(retireAfter)
-			log.Info("sending with the new memberlist key; previous keys accepted until retired", "retireAfter", retireAfter)
+			continue
+		case <-useBy:
+			use(kr.MembersLackingKey(current))
 			continue
 		case <-retire:
 			retire = nil
 			if _, err := kr.RetireOldKeys(); err != nil {
 				log.Error(err, "cannot retire the previous memberlist keys; retrying at the next check")
-				retire = time.After(interval)
+				retire = time.After(tm.reload)
 			}
 			continue
-		case <-t.C:
+		case <-reload.C:
 		}
 		b, err := readKeyFile(path)
 		if err != nil {
@@ -129,7 +163,7 @@ func watchKeyFileRotating(ctx context.Context, log logr.Logger, path string, int
 		}
 		report(nil)
 		current = b
-		use, retire = time.After(useAfter), nil
-		log.Info("memberlist key file changed; new key accepted now, used to send once every speaker has had time to load it", "path", path, "useAfter", useAfter)
+		pending, useBy, retire = true, time.After(tm.useAfter), nil
+		log.Info("memberlist key file changed; new key accepted now, used to send once every member accepts it", "path", path, "useAfterAtLatest", tm.useAfter)
 	}
 }

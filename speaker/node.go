@@ -161,7 +161,7 @@ func (n *node) Start(ctx context.Context) error {
 	n.ml = ml
 	n.own.broadcast = broadcaster(ml)
 	if n.opts.KeyFile != "" {
-		go watchKeyFile(ctx, n.log.WithName("membership"), n.opts.KeyFile, keyReloadInterval, n.opts.Membership.SecretKey, ml)
+		go watchKeyFile(ctx, n.log.WithName("membership"), n.opts.KeyFile, n.opts.Membership.SecretKey, ml)
 	}
 
 	// Health after the prober and the membership it reads.

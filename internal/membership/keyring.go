@@ -28,6 +28,7 @@ func (l *List) RetireOldKeys() (int, error) {
 		removed++
 	}
 	if removed > 0 {
+		l.spreadMeta()
 		l.log.Info("retired old memberlist keys", "removed", removed, "keys", len(l.keyring.GetKeys()))
 	}
 	return removed, nil
@@ -45,7 +46,9 @@ func (l *List) NumKeys() int {
 // InstallKey makes memberlist accept secret's key without sending with it:
 // the first phase of a rotation. Every member installs the new key before
 // any member sends with it (UseKey), so a rotation never splits the members
-// into those that have the new key and those that cannot read it.
+// into those that have the new key and those that cannot read it: each
+// member publishes the fingerprints of the keys it accepts, and
+// MembersLackingKey tells when all have it.
 func (l *List) InstallKey(secret []byte) error {
 	if l.keyring == nil {
 		return errors.New("memberlist was started without encryption; restart to enable it")
@@ -62,6 +65,7 @@ func (l *List) InstallKey(secret []byte) error {
 	if err := l.keyring.AddKey(k); err != nil {
 		return fmt.Errorf("add memberlist key: %w", err)
 	}
+	l.spreadMeta() // the others wait for every member to accept it
 	l.log.Info("memberlist key installed: accepted, not yet used to send", "keys", len(l.keyring.GetKeys()))
 	return nil
 }
@@ -79,6 +83,7 @@ func (l *List) UseKey(secret []byte) error {
 	if err := l.keyring.UseKey(k); err != nil {
 		return fmt.Errorf("use memberlist key: %w", err)
 	}
+	l.spreadMeta()
 	l.log.Info("memberlist key rotated: sending with the new key", "keys", len(l.keyring.GetKeys()))
 	return nil
 }

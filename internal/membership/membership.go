@@ -347,6 +347,10 @@ type MemberState struct {
 	State State
 	// Meta is what the member says of itself (SetMeta).
 	Meta []byte
+	// Keys are the fingerprints of the memberlist keys the member accepts,
+	// the one it sends with first; nil when it does not say (no
+	// encryption, no Options.State, or a previous release).
+	Keys []Fingerprint
 }
 
 // States returns every member that is not dead or left, with its state,
@@ -360,7 +364,8 @@ func (l *List) States() []MemberState {
 		if n.State == memberlist.StateSuspect {
 			st = StateSuspect
 		}
-		out = append(out, MemberState{Name: n.Name, Addr: n.Address(), State: st, Meta: n.Meta})
+		app, keys := decodeMeta(n.Meta)
+		out = append(out, MemberState{Name: n.Name, Addr: n.Address(), State: st, Meta: app, Keys: keys})
 	}
 	slices.SortFunc(out, func(a, b MemberState) int { return strings.Compare(a.Name, b.Name) })
 	return out
@@ -572,10 +577,11 @@ type stateDelegate struct {
 }
 
 func (d stateDelegate) NodeMeta(limit int) []byte {
-	if m := d.l.meta.Load(); m != nil && len(*m) <= limit {
-		return *m
+	var app []byte
+	if m := d.l.meta.Load(); m != nil {
+		app = *m
 	}
-	return nil
+	return encodeMeta(app, d.l.localKeys(), limit)
 }
 func (d stateDelegate) NotifyMsg(msg []byte) {
 	if len(msg) > 0 {
