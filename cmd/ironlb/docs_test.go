@@ -76,9 +76,9 @@ func TestFlagsDocumented(t *testing.T) {
 	}
 	tables := docFlagTables(t)
 	for heading, cmd := range map[string]*cobra.Command{
-		"`ironlb controller`": newControllerCommand(),
-		"`ironlb speaker`":    newSpeakerCommand(),
-		"`ironlb cleanup`":    newCleanupCommand(),
+		"`ironlb controller`":                       newControllerCommand(),
+		"`ironlb speaker`":                          newSpeakerCommand(),
+		"`ironlb cleanup`":                          newCleanupCommand(),
 		"`kubectl ironlb status` (`ironlb status`)": statuscmd.NewCommand(),
 	} {
 		documented, ok := tables[heading]
