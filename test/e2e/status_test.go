@@ -16,6 +16,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
 	"github.com/ironlb/ironlb/internal/election"
@@ -42,12 +45,19 @@ func (e *Env) buildPlugin(t *testing.T) string {
 	return bin
 }
 
-// status runs the plugin's status command against the cluster.
+// status runs the plugin's status command against the cluster as the
+// lab's admin.
 func (e *Env) status(t *testing.T, plugin string, args ...string) statusRun {
+	t.Helper()
+	return e.statusWith(t, plugin, e.Kubeconfig, args...)
+}
+
+// statusWith runs the plugin's status command with kubeconfig.
+func (e *Env) statusWith(t *testing.T, plugin, kubeconfig string, args ...string) statusRun {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, plugin, append([]string{"status", "--kubeconfig", e.Kubeconfig, "--ironlb-namespace", Namespace}, args...)...)
+	cmd := exec.CommandContext(ctx, plugin, append([]string{"status", "--kubeconfig", kubeconfig, "--ironlb-namespace", Namespace}, args...)...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -165,4 +175,46 @@ func TestStatus(t *testing.T) {
 	if byIP.code != 0 || !strings.Contains(byIP.stdout, excluded) || !strings.Contains(byIP.stdout, election.NodeExcludedByLabel) {
 		t.Errorf("status by IP: %s", byIP)
 	}
+
+	// A user holding only the chart's status-reader role, whose exec the
+	// chart's ValidatingAdmissionPolicy limits to the command the plugin
+	// runs (controllers' TestStatusReaderExecLimited checks what it
+	// refuses), reads the same status: the plugin and the policy agree.
+	reader := e.kubeconfigAs(t, "ironlb-status-e2e")
+	binding := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: "ironlb-status-e2e"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: Release + ":status-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "ironlb-status-e2e"}},
+	}
+	if err := e.C.Create(context.Background(), binding); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.C.Delete(context.Background(), binding) })
+	poll(t, time.Minute, "a status-reader reads svc1's status, exit 0", func() (bool, string) {
+		last = e.statusWith(t, plugin, reader, "default/svc1", "-o", "json")
+		var r statusview.Report
+		if err := json.Unmarshal([]byte(last.stdout), &r); err != nil || last.code != 0 {
+			return false, fmt.Sprintf("%v\n%s", err, last)
+		}
+		s, ok := serviceStatus(r, "default/svc1")
+		return ok && s.Announcer == want["default/svc1"], last.String()
+	})
+}
+
+// kubeconfigAs writes a copy of the lab's kubeconfig whose user
+// impersonates user (kubectl's --as), and returns its path.
+func (e *Env) kubeconfigAs(t *testing.T, user string) string {
+	t.Helper()
+	cfg, err := clientcmd.LoadFromFile(e.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ai := range cfg.AuthInfos {
+		ai.Impersonate = user
+	}
+	p := filepath.Join(t.TempDir(), "kubeconfig-"+user)
+	if err := clientcmd.WriteToFile(*cfg, p); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
