@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	appsv1 "k8s.io/api/apps/v1"
@@ -279,9 +280,11 @@ func TestLoadBalancerClass(t *testing.T) {
 	}
 }
 
-// The memberlist Secret is created once with a random 32-byte key, owned by the
-// controller Deployment.
+// The memberlist Secret is created with a random 32-byte key, owned by the
+// controller Deployment; a restart keeps it, and a deleted one comes back
+// with a new key (which the speakers rotate to).
 func TestMemberlistSecret(t *testing.T) {
+	t.Cleanup(controllers.SetMemberlistSecretCheck(200 * time.Millisecond))
 	h := newHarness(t, func(o *controllers.Options) { o.DeploymentName = "ironlb-controller" })
 	dep := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: h.installNS, Name: "ironlb-controller"},
@@ -318,6 +321,22 @@ func TestMemberlistSecret(t *testing.T) {
 	}
 	if string(s.Data[controllers.MemberlistSecretKey]) != key {
 		t.Error("the memberlist key changed across a restart")
+	}
+
+	// Deleted, it comes back with a new key, owned as before.
+	oldUID := s.UID
+	if err := k8s.Delete(h.ctx, &s); err != nil {
+		t.Fatal(err)
+	}
+	h.eventually("the deleted memberlist secret re-created", func() (bool, string) {
+		err := k8s.Get(h.ctx, client.ObjectKeyFromObject(&s), &s)
+		return err == nil && s.UID != oldUID, fmt.Sprint(err)
+	})
+	if got := s.Data[controllers.MemberlistSecretKey]; len(got) != 32 || string(got) == key {
+		t.Errorf("re-created secret key has %d bytes (want 32), same as before: %v", len(got), string(got) == key)
+	}
+	if len(s.OwnerReferences) != 1 || s.OwnerReferences[0].UID != dep.UID {
+		t.Errorf("re-created secret's owner references = %+v, want the deployment %s", s.OwnerReferences, dep.UID)
 	}
 }
 

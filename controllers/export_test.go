@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"net/netip"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,4 +26,12 @@ var ErrStale = errStale
 // WriteState runs the service reconciler's status and annotation write with c.
 func WriteState(ctx context.Context, c client.Client, svc *corev1.Service, ips []netip.Addr, pool string) error {
 	return (&serviceReconciler{client: c}).writeState(ctx, svc, ips, pool)
+}
+
+// SetMemberlistSecretCheck sets how often the leader checks the memberlist
+// Secret still exists, and returns a function that restores it.
+func SetMemberlistSecretCheck(d time.Duration) func() {
+	old := memberlistSecretCheck
+	memberlistSecretCheck = d
+	return func() { memberlistSecretCheck = old }
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -20,9 +21,18 @@ const MemberlistSecretKey = "secretkey"
 // +kubebuilder:rbac:groups="",namespace=metallb-system,resources=secrets,verbs=get;create
 // +kubebuilder:rbac:groups=apps,namespace=metallb-system,resources=deployments,verbs=get
 
-// memberlistSecret creates the speakers' memberlist key Secret once, if it does not
-// exist. It reads through the API reader, not the cache: caching Secrets would
-// mean watching every Secret of the cluster.
+// memberlistSecretCheck is how often the leader checks that the memberlist
+// Secret still exists. A deleted one comes back within it, with a new key:
+// the speakers keep the key they loaded meanwhile (the kubelet keeps a
+// mounted Secret's last content) and rotate to the new one in three phases
+// (docs/security.md), and speaker Pods started meanwhile wait in
+// ContainerCreating at most this long. A variable for tests.
+var memberlistSecretCheck = 30 * time.Second
+
+// memberlistSecret creates the speakers' memberlist key Secret when it does
+// not exist: at leader start, and again whenever it was deleted. It reads
+// through the API reader, one GET per memberlistSecretCheck, not the cache:
+// caching Secrets would mean watching every Secret of the cluster.
 type memberlistSecret struct {
 	reader     client.Reader
 	client     client.Client
@@ -40,11 +50,24 @@ func (m *memberlistSecret) Start(ctx context.Context) error {
 	if m.name == "" {
 		return nil
 	}
-	if err := m.ensure(ctx); err != nil {
+	t := time.NewTicker(memberlistSecretCheck)
+	defer t.Stop()
+	lastErr := ""
+	for {
 		// Not fatal for allocation; the speaker reports its missing key.
-		m.log.Error(err, "cannot create the memberlist secret", "secret", m.name)
+		// Each distinct failure is logged once.
+		if err := m.ensure(ctx); err != nil && err.Error() != lastErr {
+			m.log.Error(err, "cannot create the memberlist secret", "secret", m.name)
+			lastErr = err.Error()
+		} else if err == nil {
+			lastErr = ""
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
 	}
-	return nil
 }
 
 func (m *memberlistSecret) ensure(ctx context.Context) error {
