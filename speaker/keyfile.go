@@ -42,10 +42,11 @@ func readKeyFile(path string) ([]byte, error) {
 
 // A rotation has three phases on every speaker (docs/security.md): the new
 // key is installed at once (accepted, not used); it is used to send as soon
-// as every member this speaker sees says it accepts it too
-// (membership.MembersLackingKey, checked every keyAgreeInterval), and
-// keyUseAfter after the install at the latest; the previous keys are
-// retired keyRetireAfter after the switch.
+// as every speaker says it accepts it too (membership.MembersLackingKey,
+// checked every keyAgreeInterval: every member, and every speaker Pod that
+// is not a member now, which cannot say), and keyUseAfter after the install
+// at the latest; the previous keys are retired keyRetireAfter after the
+// switch.
 //
 // Waiting for the members' word is what lets a speaker restarted during a
 // rotation, which knows only the key in the file and sends with it, read
@@ -121,11 +122,11 @@ func watchKeyFileTimed(ctx context.Context, log logr.Logger, path string, tm key
 		pending, useBy = false, nil
 		retire = time.After(tm.retireAfter)
 		if len(lacking) > 0 {
-			log.Info("sending with the new memberlist key although these members have not said they accept it; they cannot read this speaker until they load it",
+			log.Info("sending with the new memberlist key although these speakers have not said they accept it; they cannot read this speaker until they load it",
 				"members", lacking, "waited", tm.useAfter, "retireAfter", tm.retireAfter)
 			return
 		}
-		log.Info("sending with the new memberlist key: every member accepts it; previous keys accepted until retired", "retireAfter", tm.retireAfter)
+		log.Info("sending with the new memberlist key: every speaker accepts it; previous keys accepted until retired", "retireAfter", tm.retireAfter)
 	}
 	for {
 		select {
@@ -164,6 +165,6 @@ func watchKeyFileTimed(ctx context.Context, log logr.Logger, path string, tm key
 		report(nil)
 		current = b
 		pending, useBy, retire = true, time.After(tm.useAfter), nil
-		log.Info("memberlist key file changed; new key accepted now, used to send once every member accepts it", "path", path, "useAfterAtLatest", tm.useAfter)
+		log.Info("memberlist key file changed; new key accepted now, used to send once every speaker accepts it", "path", path, "useAfterAtLatest", tm.useAfter)
 	}
 }

@@ -282,7 +282,11 @@ func TestRestartedDuringRotationReadsPeers(t *testing.T) {
 	nodes[2].cancel()
 	<-nodes[2].list.Done()
 	nodes[2] = start("n3", "key-B")
-	nodes[2].list.SetPeers(addrs())
+	// Its Pod is replaced: the peers learn its new address (here also a
+	// new port) from the Pod list.
+	for _, n := range nodes {
+		n.list.SetPeers(addrs())
+	}
 
 	for _, n := range nodes[:2] {
 		waitPrimary(t, n.name, n.list, "key-B")

@@ -126,19 +126,34 @@ func (l *List) localKeys() []Fingerprint {
 	return out
 }
 
-// MembersLackingKey returns the members, among those this one sees (alive
-// or suspect), that do not say they accept the key of secret: they have
-// not installed it yet, or run a release that does not say. Empty when
-// every member it sees does: sending with that key then cuts nobody off.
+// MembersLackingKey returns the speakers that are not known to accept the
+// key of secret: members (alive or suspect) that do not say they accept it
+// (they have not installed it yet, or run a release that does not say),
+// and the addresses of peers (SetPeers: every speaker Pod) that are not
+// members now, whose keys nobody can tell: a speaker cut off for a while
+// may not have loaded the rotated Secret, and would not read the others if
+// they sent with a key it lacks. Empty when every speaker accepts it:
+// sending with that key then cuts nobody off.
 func (l *List) MembersLackingKey(secret []byte) []string {
 	want := KeyFingerprint(secret)
+	self := l.LocalAddr()
 	var lacking []string
+	at := map[string]bool{}
 	for _, m := range l.States() {
+		at[m.Addr] = true
 		if m.Name == l.opts.NodeName {
 			continue
 		}
 		if !slices.Contains(m.Keys, want) {
 			lacking = append(lacking, m.Name)
+		}
+	}
+	l.mu.Lock()
+	peers := slices.Clone(l.peers)
+	l.mu.Unlock()
+	for _, p := range peers {
+		if !at[p] && p != self {
+			lacking = append(lacking, p+" (not a member now)")
 		}
 	}
 	return lacking

@@ -115,4 +115,13 @@ func TestMembersLackingKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitLacking()
+
+	// A speaker cut off (here: dead) cannot say which keys it has: while
+	// its Pod is a peer, it counts as lacking any key. (bench-chaos seed
+	// 327311111, episode 49: a node whose cable was pulled during a
+	// rotation came back unable to read the others, which had switched
+	// without it, and answered for an IP that had moved.)
+	n3 := ms[2].addr
+	ms[2].kill(f)
+	waitLacking(n3 + " (not a member now)")
 }
