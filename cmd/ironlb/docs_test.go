@@ -70,8 +70,7 @@ func docFlagTables(t *testing.T) map[string]map[string]docFlag {
 func TestFlagsDocumented(t *testing.T) {
 	for _, env := range os.Environ() {
 		if name, _, _ := strings.Cut(env, "="); strings.HasPrefix(name, "METALLB_") {
-			t.Setenv(name, "") // flags take their defaults from these
-			os.Unsetenv(name)
+			t.Setenv(name, "") // flags take their defaults from these; empty is unset to them
 		}
 	}
 	tables := docFlagTables(t)

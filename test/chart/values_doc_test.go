@@ -117,7 +117,7 @@ func TestValuesDocumented(t *testing.T) {
 			if r.def == "" || v == nil {
 				continue
 			}
-			if got := scalarString(v); got != r.def && !(r.def == `""` && got == "") {
+			if got := scalarString(v); got != r.def && (r.def != `""` || got != "") {
 				t.Errorf("Helm value %s defaults to %q in values.yaml, docs/configuration.md says %q", p, got, r.def)
 			}
 		}
