@@ -410,21 +410,40 @@ func (l *List) SendToAll(msg []byte) int {
 	return failed
 }
 
-// Sync exchanges full state (push/pull) with up to n live members at once,
-// as a join does. A member that was frozen or partitioned calls it to learn
-// what changed meanwhile instead of waiting for the periodic push/pull.
+// Sync exchanges full state (push/pull) with up to n members at once, as a
+// join does: live members first, then known peers (SetPeers) that are not
+// live members. A member that was frozen or partitioned calls it to learn
+// what changed meanwhile instead of waiting for the periodic push/pull or
+// the rejoin loop: one whose link was down has usually declared every peer
+// dead by then, and must reach them at once all the same, or it keeps
+// answering for IPs that moved while it was cut off.
 func (l *List) Sync(n int) int {
 	self := l.LocalAddr()
-	var addrs []string
+	var live []string
+	member := map[string]bool{}
 	for _, m := range l.ml.Members() {
-		if a := m.Address(); a != self && m.State == memberlist.StateAlive {
-			addrs = append(addrs, a)
+		a := m.Address()
+		member[a] = true
+		if a != self && m.State == memberlist.StateAlive {
+			live = append(live, a)
+		}
+	}
+	rand.Shuffle(len(live), func(i, j int) { live[i], live[j] = live[j], live[i] })
+	addrs := live
+	if len(addrs) < n {
+		l.mu.Lock()
+		peers := slices.Clone(l.peers)
+		l.mu.Unlock()
+		rand.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
+		for _, p := range peers {
+			if p != self && !member[p] {
+				addrs = append(addrs, p)
+			}
 		}
 	}
 	if len(addrs) == 0 {
 		return 0
 	}
-	rand.Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
 	joined, err := l.ml.Join(addrs[:min(n, len(addrs))])
 	if err != nil {
 		l.log.V(1).Info("state sync: some members unreachable", "error", err.Error(), "synced", joined)

@@ -144,6 +144,30 @@ func TestRejoinAfterPartition(t *testing.T) {
 	waitMembers(t, ms, []string{"n1", "n2", "n3"}, 60*time.Second)
 }
 
+// A member cut off long enough to declare every peer dead (a pulled cable)
+// reaches them again with Sync at once, through its known peers, not at the
+// next rejoin (an hour here).
+func TestSyncAfterIsolationUsesPeers(t *testing.T) {
+	f := newFabric()
+	o := testOptions("secret-A")
+	o.RejoinInterval = time.Hour
+	ms := startCluster(t, f, 3, o, testLogger(t))
+	defer func() {
+		for _, m := range ms {
+			m.stop()
+		}
+	}()
+	waitMembers(t, ms, []string{"n1", "n2", "n3"}, 20*time.Second)
+	f.kill(ms[2].addr)
+	waitMembers(t, ms[:2], []string{"n1", "n2"}, 60*time.Second)
+	waitMembers(t, ms[2:], []string{"n3"}, 60*time.Second)
+	f.revive(ms[2].addr)
+	if n := ms[2].list.Sync(3); n == 0 {
+		t.Fatal("Sync reached no peer after the isolation: it only tried live members, and there were none")
+	}
+	waitMembers(t, ms, []string{"n1", "n2", "n3"}, 10*time.Second)
+}
+
 // The default path, without an injected transport: a real bind on a port.
 func TestStartRealTransport(t *testing.T) {
 	port := freePort(t)
