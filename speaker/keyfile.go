@@ -48,7 +48,7 @@ func readKeyFile(path string) ([]byte, error) {
 // at the latest; the previous keys are retired keyRetireAfter after the
 // switch.
 //
-// Waiting for the members' word is what lets a speaker restarted during a
+// Waiting for the speakers' word is what lets a speaker restarted during a
 // rotation, which knows only the key in the file and sends with it, read
 // the others within seconds rather than minutes: they all accept its key,
 // so they switch to it. keyUseAfter only bounds the wait for a member that
@@ -83,7 +83,7 @@ type keyTimings struct {
 // and rotates kr to its content when it differs from the key last loaded
 // (current at start): that is how a rotated Secret reaches memberlist
 // without API access to Secrets. The new key is installed at once, used once
-// every member accepts it (keyUseAfter at the latest), and the previous
+// every speaker accepts it (keyUseAfter at the latest), and the previous
 // keys are retired keyRetireAfter after that; a newer file restarts the
 // sequence with its key. A missing or empty file keeps the current key;
 // each distinct failure is logged once.
@@ -96,12 +96,10 @@ func watchKeyFileTimed(ctx context.Context, log logr.Logger, path string, tm key
 	defer reload.Stop()
 	agree := time.NewTicker(tm.agree)
 	defer agree.Stop()
-	// pending: a new key is installed and not used yet; useBy is when it is
-	// used whatever the members say. retire fires retireAfter after the
-	// switch; nil while nothing is to retire.
-	pending := false
-	var useBy <-chan time.Time
-	var retire <-chan time.Time
+	// useBy is non-nil while a new key is installed and not used yet, and
+	// fires when it is used whatever the speakers say; retire fires
+	// retireAfter after the switch. Each is nil while nothing is pending.
+	var useBy, retire <-chan time.Time
 	lastErr := ""
 	report := func(err error) {
 		if err == nil {
@@ -119,11 +117,10 @@ func watchKeyFileTimed(ctx context.Context, log logr.Logger, path string, tm key
 			useBy = time.After(tm.reload)
 			return
 		}
-		pending, useBy = false, nil
-		retire = time.After(tm.retireAfter)
+		useBy, retire = nil, time.After(tm.retireAfter)
 		if len(lacking) > 0 {
 			log.Info("sending with the new memberlist key although these speakers have not said they accept it; they cannot read this speaker until they load it",
-				"members", lacking, "waited", tm.useAfter, "retireAfter", tm.retireAfter)
+				"speakers", lacking, "waited", tm.useAfter, "retireAfter", tm.retireAfter)
 			return
 		}
 		log.Info("sending with the new memberlist key: every speaker accepts it; previous keys accepted until retired", "retireAfter", tm.retireAfter)
@@ -133,7 +130,7 @@ func watchKeyFileTimed(ctx context.Context, log logr.Logger, path string, tm key
 		case <-ctx.Done():
 			return
 		case <-agree.C:
-			if pending && len(kr.MembersLackingKey(current)) == 0 {
+			if useBy != nil && len(kr.MembersLackingKey(current)) == 0 {
 				use(nil)
 			}
 			continue
@@ -164,7 +161,7 @@ func watchKeyFileTimed(ctx context.Context, log logr.Logger, path string, tm key
 		}
 		report(nil)
 		current = b
-		pending, useBy, retire = true, time.After(tm.useAfter), nil
+		useBy, retire = time.After(tm.useAfter), nil
 		log.Info("memberlist key file changed; new key accepted now, used to send once every speaker accepts it", "path", path, "useAfterAtLatest", tm.useAfter)
 	}
 }
