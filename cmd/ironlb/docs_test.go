@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ironlb/ironlb/internal/statuscmd"
+	"github.com/ironlb/ironlb/test/mddoc"
 )
 
 // docFlag is one row of a flags table in docs/configuration.md.
@@ -21,18 +22,9 @@ type docFlag struct{ typ, def string }
 // every row with its type and default (backticks and quotes removed).
 func docFlagTables(t *testing.T) map[string]map[string]docFlag {
 	t.Helper()
-	b, err := os.ReadFile("../../docs/configuration.md")
+	doc, err := mddoc.Section("../../docs/configuration.md", "Command-line flags")
 	if err != nil {
 		t.Fatal(err)
-	}
-	doc := string(b)
-	start := strings.Index(doc, "\n## Command-line flags")
-	if start < 0 {
-		t.Fatal("docs/configuration.md has no Command-line flags section")
-	}
-	doc = doc[start+1:]
-	if end := strings.Index(doc[3:], "\n## "); end >= 0 {
-		doc = doc[:end+3]
 	}
 	longFlag := regexp.MustCompile("`--([a-z0-9-]+)`")
 	tables := map[string]map[string]docFlag{}
@@ -46,11 +38,7 @@ func docFlagTables(t *testing.T) map[string]map[string]docFlag {
 		if section == nil || !strings.HasPrefix(line, "| `-") {
 			continue
 		}
-		// Cells are separated by |; \| is a pipe inside a cell.
-		cells := strings.Split(strings.Trim(strings.ReplaceAll(line, `\|`, "\x00"), "|"), "|")
-		for i := range cells {
-			cells[i] = strings.ReplaceAll(cells[i], "\x00", "|")
-		}
+		cells := mddoc.Cells(line)
 		if len(cells) < 4 {
 			t.Fatalf("docs/configuration.md: flag row with fewer than 4 cells: %s", line)
 		}

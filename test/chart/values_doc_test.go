@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/ironlb/ironlb/test/mddoc"
 )
 
 // flattenValues returns every path of values: leaves with their value, and
@@ -41,18 +43,9 @@ type docValueRow struct {
 
 func docValueRows(t *testing.T, root string) []docValueRow {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(root, "docs", "configuration.md"))
+	doc, err := mddoc.Section(filepath.Join(root, "docs", "configuration.md"), "Helm values")
 	if err != nil {
 		t.Fatal(err)
-	}
-	doc := string(b)
-	start := strings.Index(doc, "\n## Helm values")
-	if start < 0 {
-		t.Fatal("docs/configuration.md has no Helm values section")
-	}
-	doc = doc[start+1:]
-	if end := strings.Index(doc[3:], "\n## "); end >= 0 {
-		doc = doc[:end+3]
 	}
 	code := regexp.MustCompile("`([^`]*)`")
 	single := regexp.MustCompile("^`([^`]*)`$")
@@ -61,7 +54,7 @@ func docValueRows(t *testing.T, root string) []docValueRow {
 		if !strings.HasPrefix(line, "| `") {
 			continue
 		}
-		cells := strings.Split(strings.Trim(strings.ReplaceAll(line, `\|`, "\x00"), "|"), "|")
+		cells := mddoc.Cells(line)
 		if len(cells) < 3 {
 			t.Fatalf("docs/configuration.md: Helm row with fewer than 3 cells: %s", line)
 		}
