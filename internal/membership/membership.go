@@ -419,27 +419,17 @@ func (l *List) SendToAll(msg []byte) int {
 // answering for IPs that moved while it was cut off.
 func (l *List) Sync(n int) int {
 	self := l.LocalAddr()
-	var live []string
-	member := map[string]bool{}
+	var addrs []string
 	for _, m := range l.ml.Members() {
-		a := m.Address()
-		member[a] = true
-		if a != self && m.State == memberlist.StateAlive {
-			live = append(live, a)
+		if a := m.Address(); a != self && m.State == memberlist.StateAlive {
+			addrs = append(addrs, a)
 		}
 	}
-	rand.Shuffle(len(live), func(i, j int) { live[i], live[j] = live[j], live[i] })
-	addrs := live
+	rand.Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
 	if len(addrs) < n {
-		l.mu.Lock()
-		peers := slices.Clone(l.peers)
-		l.mu.Unlock()
-		rand.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
-		for _, p := range peers {
-			if p != self && !member[p] {
-				addrs = append(addrs, p)
-			}
-		}
+		absent := l.absentPeers()
+		rand.Shuffle(len(absent), func(i, j int) { absent[i], absent[j] = absent[j], absent[i] })
+		addrs = append(addrs, absent...)
 	}
 	if len(addrs) == 0 {
 		return 0
@@ -486,22 +476,28 @@ func (l *List) SetPeers(addrs []string) {
 	}
 }
 
-// rejoin joins every known peer address that no live member has.
-func (l *List) rejoin() {
+// absentPeers returns the known peer addresses (SetPeers) that no member
+// (alive or suspect) has, this member's own excepted.
+func (l *List) absentPeers() []string {
 	l.mu.Lock()
 	peers := slices.Clone(l.peers)
 	l.mu.Unlock()
-	have := map[string]bool{}
+	have := map[string]bool{l.LocalAddr(): true}
 	for _, n := range l.ml.Members() {
 		have[n.Address()] = true
 	}
-	self := l.LocalAddr()
-	var missing []string
+	var absent []string
 	for _, p := range peers {
-		if !have[p] && p != self {
-			missing = append(missing, p)
+		if !have[p] {
+			absent = append(absent, p)
 		}
 	}
+	return absent
+}
+
+// rejoin joins every known peer address that no live member has.
+func (l *List) rejoin() {
+	missing := l.absentPeers()
 	if len(missing) == 0 {
 		return
 	}

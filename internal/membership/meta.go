@@ -136,25 +136,14 @@ func (l *List) localKeys() []Fingerprint {
 // sending with that key then cuts nobody off.
 func (l *List) MembersLackingKey(secret []byte) []string {
 	want := KeyFingerprint(secret)
-	self := l.LocalAddr()
 	var lacking []string
-	at := map[string]bool{}
 	for _, m := range l.States() {
-		at[m.Addr] = true
-		if m.Name == l.opts.NodeName {
-			continue
-		}
-		if !slices.Contains(m.Keys, want) {
+		if m.Name != l.opts.NodeName && !slices.Contains(m.Keys, want) {
 			lacking = append(lacking, m.Name)
 		}
 	}
-	l.mu.Lock()
-	peers := slices.Clone(l.peers)
-	l.mu.Unlock()
-	for _, p := range peers {
-		if !at[p] && p != self {
-			lacking = append(lacking, p+" (not a member now)")
-		}
+	for _, p := range l.absentPeers() {
+		lacking = append(lacking, p+" (not a member now)")
 	}
 	return lacking
 }
