@@ -161,6 +161,10 @@ func readString(b []byte) (string, []byte, error) {
 //	repeated until the end:
 //	  uvarint seq, byte path, uvarint len(node), node, uvarint len(watcher), watcher
 //
+// path is a Path: 0 unknown, 1 up, 2 down, 3 unhealthy (added with health
+// checks; a speaker of an earlier release refuses a message carrying it,
+// which during a rolling update costs it those votes until it is updated).
+//
 // Version 2, a verdict without its watcher or sequence, was a command any
 // member could give about any node; it is no longer accepted.
 const votesVersion = 3
@@ -200,7 +204,7 @@ func DecodeVotes(b []byte) ([]Vote, error) {
 			return nil, fmt.Errorf("%w: seq of vote %d", ErrBadMessage, len(out))
 		}
 		v.Path = Path(b[n])
-		if v.Path > PathDown {
+		if v.Path > PathUnhealthy {
 			return nil, fmt.Errorf("%w: path %d of vote %d", ErrBadMessage, b[n], len(out))
 		}
 		b = b[n+1:]

@@ -38,6 +38,10 @@ const (
 	// ReasonOwnerDown: the owner's data path is down (its kernel no longer
 	// answers on the segment, or it reported losing carrier).
 	ReasonOwnerDown Reason = "ownerDataPathDown"
+	// ReasonOwnerUnhealthy: the owner's kernel answers but it cannot deliver
+	// (kube-proxy unhealthy and the Service's own data path through it
+	// failing), by a majority of its watchers.
+	ReasonOwnerUnhealthy Reason = "ownerUnhealthy"
 	// ReasonOwnerIneligible: the configuration no longer allows the owner
 	// (advertisement, node labels or conditions, local endpoints).
 	ReasonOwnerIneligible Reason = "ownerIneligible"
@@ -84,11 +88,20 @@ const (
 	PathUp
 	// PathDown: it stopped answering (or reported losing carrier).
 	PathDown
+	// PathUnhealthy: its kernel answers but it cannot deliver Services'
+	// traffic: its kube-proxy (or a replacement serving the same health
+	// endpoint) is unhealthy and the Services' own data path through it
+	// fails. It keeps watching others, but owns and takes no key.
+	PathUnhealthy
 )
 
 func (p Path) String() string {
-	return [...]string{"unknown", "up", "down"}[p]
+	return [...]string{"unknown", "up", "down", "unhealthy"}[p]
 }
+
+// delivers reports whether a node with this aggregate verdict may own keys:
+// neither down nor unhealthy.
+func (p Path) delivers() bool { return p != PathDown && p != PathUnhealthy }
 
 // Options configure an Engine.
 type Options struct {
@@ -100,6 +113,13 @@ type Options struct {
 	// while its data path is not known to be down. Zero: keys move as soon
 	// as the speaker is gone (MetalLB's behaviour).
 	Hold time.Duration
+	// RequireUp: a node takes keys only once its watchers found it
+	// delivering (PathUp), so a node whose kube-proxy has not yet proven
+	// healthy since it (re)joined receives none; a node that has no
+	// watchers (a single node) cannot be judged and takes keys as before.
+	// The speaker sets it when it health-checks nodes; watchers then probe
+	// every node they watch, not only owners.
+	RequireUp bool
 }
 
 // inactiveTTL is how long a claim for a key no Service uses is kept: long
@@ -144,7 +164,7 @@ type Engine struct {
 	unplaced map[string]struct{}            // active keys nobody serves or can serve
 	away     map[string]struct{}            // nodes whose speaker is gone and hold is running
 
-	ringCache []string // placeable nodes by name (Watchers)
+	ringCache []string // watching nodes by name (Watchers)
 	ringDirty bool
 
 	// distrusted: SetTrusted(false); wasActing: Acting() when last checked.
@@ -234,7 +254,7 @@ func (e *Engine) node(name string) *nodeState {
 // serving reports whether name may keep the keys it owns.
 func (e *Engine) serving(name string) bool {
 	n := e.node(name)
-	if n.path == PathDown {
+	if !n.path.delivers() {
 		return false
 	}
 	if n.alive() || n.path == PathUp {
@@ -246,11 +266,27 @@ func (e *Engine) serving(name string) bool {
 	return e.opts.Hold > 0 && !n.expired && e.now.Sub(n.goneSince) < e.opts.Hold
 }
 
-// placeable reports whether name can take a key now: its speaker is a member
-// and its data path is not down.
-func (e *Engine) placeable(name string) bool {
+// watching reports whether name is in the ring of watchers: its speaker is a
+// member and its data path is not down. An unhealthy node still watches (its
+// kernel and speaker work; only its delivery of Services does not): taking
+// it out would change other nodes' watchers, and so the votes that count,
+// whenever a health check flaps.
+func (e *Engine) watching(name string) bool {
 	n := e.nodes[name]
 	return n != nil && n.alive() && n.path != PathDown
+}
+
+// placeable reports whether name can take a key now: it watches, it
+// delivers (not unhealthy), and with RequireUp its watchers found it up.
+func (e *Engine) placeable(name string) bool {
+	if !e.watching(name) {
+		return false
+	}
+	p := e.nodes[name].path
+	if p == PathUnhealthy {
+		return false
+	}
+	return !e.opts.RequireUp || p == PathUp || len(e.Watchers(name, WatchersPerNode)) == 0
 }
 
 // SetKey makes key active with its eligible nodes (or updates them) and
@@ -352,9 +388,9 @@ func (e *Engine) setPaths(paths map[string]Path) []Change {
 		n.path = p
 		e.ringDirty = true
 		switch {
-		case p == PathDown && prev != PathDown:
+		case !p.delivers() && prev.delivers():
 			keys = append(keys, e.ownedKeys(name)...)
-		case p != PathDown && prev == PathDown && n.alive():
+		case p.delivers() && !prev.delivers() && n.alive(), p == PathUp && e.opts.RequireUp && n.alive():
 			placeable = append(placeable, name)
 		case prev == PathUp && !n.alive():
 			// Its kernel no longer known to answer: its hold runs again.
@@ -549,6 +585,8 @@ func (e *Engine) decide(key string, acting bool) (Change, bool) {
 			why = ReasonOwnerIneligible
 		case e.node(cur.Owner).path == PathDown:
 			why = ReasonOwnerDown
+		case e.node(cur.Owner).path == PathUnhealthy:
+			why = ReasonOwnerUnhealthy
 		default:
 			why = ReasonHoldExpired
 		}
@@ -733,8 +771,8 @@ func (e *Engine) Speaker(node string) (Speaker, Path) {
 	return n.speaker, n.path
 }
 
-// Watchers returns the k nodes that watch node's data path: the placeable
-// nodes that follow node in name order, wrapping around (a ring). Every
+// Watchers returns the k nodes that watch node's data path: the watching
+// nodes (members whose data path is not down) that follow node in name order, wrapping around (a ring). Every
 // speaker computes the same watchers from the same membership, each node is
 // watched by k others whatever the cluster's size, and the first watcher is
 // node's deputy: it answers for node's keys while node is held.
@@ -754,13 +792,13 @@ func (e *Engine) Watchers(node string, k int) []string {
 	return out
 }
 
-// ring returns the placeable nodes sorted by name, rebuilt when liveness
+// ring returns the watching nodes sorted by name, rebuilt when liveness
 // changed.
 func (e *Engine) ring() []string {
 	if e.ringDirty || e.ringCache == nil {
 		e.ringCache = e.ringCache[:0]
 		for n := range e.nodes {
-			if e.placeable(n) {
+			if e.watching(n) {
 				e.ringCache = append(e.ringCache, n)
 			}
 		}
@@ -786,16 +824,18 @@ func (e *Engine) Deputy(node string) string {
 const WatchersPerNode = 3
 
 // Interested reports whether self must probe node's data path: self is one
-// of its watchers, and node owns keys (or its data path is down, so that its
-// recovery is noticed). Watchers tell the others their verdicts, so the new
-// owners of node's keys need not probe it themselves.
+// of its watchers, and node owns keys (or its data path is down or
+// unhealthy, so that its recovery is noticed; with RequireUp any member,
+// since it takes keys only once found up). Watchers tell the others their
+// verdicts, so the new owners of node's keys need not probe it themselves.
 func (e *Engine) Interested(node string) bool {
 	self := e.opts.Self
 	if node == self {
 		return false
 	}
 	n := e.nodes[node]
-	if len(e.owned[node]) == 0 && (n == nil || n.path != PathDown || !n.alive()) {
+	judged := n != nil && n.alive() && (!n.path.delivers() || e.opts.RequireUp)
+	if len(e.owned[node]) == 0 && !judged {
 		return false
 	}
 	return slices.Contains(e.Watchers(node, WatchersPerNode), self)

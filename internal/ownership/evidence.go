@@ -123,16 +123,18 @@ func (e *Engine) Vote(v Vote, now time.Time) ([]Change, VoteResult) {
 }
 
 // pathOf aggregates the votes on name from its current watchers: down when a
-// majority of them say down, up when any says up (a kernel that answers one
-// watcher delivers), unknown otherwise. Votes from nodes that are no longer
-// its watchers (the ring changed) or that lapsed do not count.
+// majority of them say down; unhealthy when a majority say down or unhealthy
+// (its kernel answers some, but none of that majority finds it delivering);
+// up when any says up (a kernel that answers one watcher, with a healthy
+// kube-proxy, delivers); unknown otherwise. Votes from nodes that are no
+// longer its watchers (the ring changed) or that lapsed do not count.
 func (e *Engine) pathOf(name string) Path {
 	n := e.nodes[name]
 	if n == nil || len(n.votes) == 0 {
 		return PathUnknown
 	}
 	ws := e.Watchers(name, WatchersPerNode)
-	down, up := 0, 0
+	down, unhealthy, up := 0, 0, 0
 	for _, w := range ws {
 		v, ok := n.votes[w]
 		if !ok || e.now.Sub(v.at) >= voteTTL {
@@ -141,6 +143,8 @@ func (e *Engine) pathOf(name string) Path {
 		switch v.path {
 		case PathDown:
 			down++
+		case PathUnhealthy:
+			unhealthy++
 		case PathUp:
 			up++
 		}
@@ -148,6 +152,8 @@ func (e *Engine) pathOf(name string) Path {
 	switch {
 	case len(ws) > 0 && down > len(ws)/2:
 		return PathDown
+	case len(ws) > 0 && down+unhealthy > len(ws)/2:
+		return PathUnhealthy
 	case up > 0:
 		return PathUp
 	}

@@ -161,3 +161,88 @@ func TestSpeakerNodesCount(t *testing.T) {
 		t.Errorf("speakers only on a and b: quorum %v with %d members, want quorum with 2", e.Quorum(), total)
 	}
 }
+
+// TestUnhealthyOwner: a majority of watchers finding the owner's kernel
+// answering but its delivery failing moves its keys (ownerUnhealthy) and
+// keeps new ones off it; it still watches others, so the ring does not
+// change; a minority moves nothing, and once found up again it takes keys.
+func TestUnhealthyOwner(t *testing.T) {
+	nodes := []string{"a", "b", "c", "d", "e"}
+	e, all := cluster(t, "a", Options{}, nodes...)
+	e.SetKey("k", all)
+	first := owner(t, e, "k")
+	ws := e.Watchers(first, WatchersPerNode)
+	ring := slices.Clone(e.ring())
+	seq := uint64(1)
+	vote := func(w string, p Path) []Change {
+		seq++
+		c, res := e.Vote(Vote{Node: first, Watcher: w, Path: p, Seq: seq}, t0)
+		if res != VoteAccepted {
+			t.Fatalf("vote of %s on %s: %s", w, first, res)
+		}
+		return c
+	}
+	vote(ws[0], PathUnhealthy)
+	vote(ws[1], PathUp)
+	if owner(t, e, "k") != first {
+		t.Fatal("one unhealthy vote of three, one up: the key moved")
+	}
+	c := vote(ws[1], PathDown) // down and unhealthy: a majority that cannot reach delivery
+	if len(c) != 1 || c[0].Reason != ReasonOwnerUnhealthy || c[0].To == first {
+		t.Fatalf("two of three watchers find %s unable to deliver: changes %v, want one ownerUnhealthy move", first, c)
+	}
+	if _, p := e.Speaker(first); p != PathUnhealthy {
+		t.Fatalf("aggregate verdict %s, want unhealthy", p)
+	}
+	if !slices.Equal(e.ring(), ring) {
+		t.Fatalf("an unhealthy node left the ring of watchers: %v, was %v", e.ring(), ring)
+	}
+	e.SetKey("k2", all)
+	if owner(t, e, "k2") == first {
+		t.Fatal("a new key was placed on an unhealthy node")
+	}
+	if watcher := slices.Contains(ws, "a"); e.Interested(first) != watcher {
+		t.Fatalf("a, a watcher of %s: %v, probes it while unhealthy: %v", first, watcher, e.Interested(first))
+	}
+	vote(ws[0], PathUp)
+	vote(ws[1], PathUp)
+	if !e.placeable(first) {
+		t.Fatalf("%s found up again is not placeable", first)
+	}
+	if owner(t, e, "k") == first {
+		t.Fatal("a key went back to a recovered node without failback")
+	}
+}
+
+// TestRequireUp: with RequireUp a node takes keys only once a watcher found
+// it up, so a returning node whose kube-proxy has not proven healthy gets
+// nothing; a key with no such node waits unplaced and is placed the moment
+// one is found up; a lone node (no watchers) is not held back.
+func TestRequireUp(t *testing.T) {
+	e, all := cluster(t, "a", Options{RequireUp: true}, "a", "b", "c", "d")
+	if c := e.SetKey("k", all); len(c) != 0 {
+		t.Fatalf("a key placed on nodes nobody found up: %v", c)
+	}
+	for _, n := range all.Names() {
+		if !e.Interested(n) && slices.Contains(e.Watchers(n, WatchersPerNode), "a") {
+			t.Fatalf("a is a watcher of %s but does not probe it before it owns anything", n)
+		}
+	}
+	w := e.Watchers("c", WatchersPerNode)[0]
+	c, _ := e.Vote(Vote{Node: "c", Watcher: w, Path: PathUp, Seq: 1}, t0)
+	if len(c) != 1 || c[0].To != "c" || c[0].Reason != ReasonPlaced {
+		t.Fatalf("c found up: changes %v, want k placed on c", c)
+	}
+	// c's speaker restarts: it is judged again before it takes more.
+	e.SetSpeaker("c", SpeakerGone, t0)
+	e.SetSpeaker("c", SpeakerAlive, t0)
+	e.SetKey("k2", all)
+	if got := owner(t, e, "k2"); got != "" {
+		t.Fatalf("k2 placed on %s, found up by nobody since it returned", got)
+	}
+	lone, one := cluster(t, "solo", Options{RequireUp: true}, "solo")
+	lone.SetKey("k", one)
+	if owner(t, lone, "k") != "solo" {
+		t.Fatal("a single node, which nobody can watch, was held back")
+	}
+}
