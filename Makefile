@@ -20,6 +20,10 @@ COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)$(shell git dif
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 BUILD_DATE ?= $(shell date -u -d @$(SOURCE_DATE_EPOCH) +%Y-%m-%dT%H:%M:%SZ)
 GO_LDFLAGS = -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(BUILD_DATE)
+# One set of build flags for the image's binary, bin/ironlb, the plugin and the lab command:
+# static, reproducible, and sharing one build cache, so that after the image the other
+# binaries compile only their own packages (a cold `make demo` builds ironlb's dependencies once).
+GO_BUILD = CGO_ENABLED=0 go build -trimpath -buildvcs=false
 
 LOCALBIN ?= $(CURDIR)/bin
 export PATH := $(LOCALBIN):$(PATH)
@@ -144,33 +148,33 @@ test-unit: ## Run the Go tests (envtest suites use the API server in ./bin); roo
 	go test -json -count=1 -timeout 25m -p 1 $(ROOT_PKGS) | $(TEST_SUMMARY)
 
 .PHONY: test-e2e
-test-e2e: image lab $(HELM) $(PROMETHEUS) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Run the e2e suite (root): brings the lab up, installs the chart, runs test/e2e, tears the lab down.
+test-e2e: lab $(HELM) $(PROMETHEUS) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Run the e2e suite (root): brings the lab up, installs the chart, runs test/e2e, tears the lab down.
 	go test -json -tags e2e ./test/e2e -count=1 -v -timeout 30m $(E2E_FLAGS) | $(TEST_SUMMARY) -v
 
 .PHONY: bench-failover
-bench-failover: image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Failover figures in the lab (root): hard kills (E2E_FAILOVER_KILLS=20) and graceful speaker restarts (E2E_GRACEFUL_RUNS=5), IPv4 or E2E_FAILOVER_FAMILY=ipv6 (docs/benchmarks-e2e.md).
+bench-failover: lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Failover figures in the lab (root): hard kills (E2E_FAILOVER_KILLS=20) and graceful speaker restarts (E2E_GRACEFUL_RUNS=5), IPv4 or E2E_FAILOVER_FAMILY=ipv6 (docs/benchmarks-e2e.md).
 	go test -tags e2e ./test/e2e -run '^$$' -bench 'Failover$$' -benchtime 1x -timeout 60m -v
 
 .PHONY: bench-failover-scale
 bench-failover-scale: N ?= 2000
-bench-failover-scale: image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## N LoadBalancer Services (N=2000; the lab gets a /16 service CIDR), how long creating them takes, then hard-kill failover among them (E2E_FAILOVER_KILLS=5) (docs/benchmarks-e2e.md).
+bench-failover-scale: lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## N LoadBalancer Services (N=2000; the lab gets a /16 service CIDR), how long creating them takes, then hard-kill failover among them (E2E_FAILOVER_KILLS=5) (docs/benchmarks-e2e.md).
 	LAB_SERVICE_CIDR=$(if $(filter 10.200.1.0/24,$(LAB_SERVICE_CIDR)),10.200.0.0/16,$(LAB_SERVICE_CIDR)) E2E_SCALE_SERVICES=$(N) \
 		go test -tags e2e ./test/e2e -run '^$$' -bench FailoverScale -benchtime 1x -timeout 90m -v
 
 .PHONY: bench-create
-bench-create: image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Service created -> IP -> first ARP reply -> first good request, in the lab (root; E2E_CREATE_RUNS=10) (docs/benchmarks-e2e.md).
+bench-create: lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Service created -> IP -> first ARP reply -> first good request, in the lab (root; E2E_CREATE_RUNS=10) (docs/benchmarks-e2e.md).
 	go test -tags e2e ./test/e2e -run '^$$' -bench ServiceToTraffic -benchtime 1x -timeout 30m -v
 
 .PHONY: bench-saturation
-bench-saturation: image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Owner changes with every CPU saturated for E2E_SATURATION=10m, in the lab (root) (docs/benchmarks-e2e.md).
+bench-saturation: lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Owner changes with every CPU saturated for E2E_SATURATION=10m, in the lab (root) (docs/benchmarks-e2e.md).
 	go test -tags e2e ./test/e2e -run '^$$' -bench Saturation -benchtime 1x -timeout 40m -v
 
 .PHONY: bench-metallb
-bench-metallb: metallb image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## ironlb and MetalLB v0.16.2 side by side in one lab (root): speaker rolling restarts (E2E_VS_ROLLS=3), creates (E2E_VS_CREATE=10), hard kills (E2E_VS_KILLS=20), ratios (docs/benchmarks-metallb.md).
+bench-metallb: metallb lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## ironlb and MetalLB v0.16.2 side by side in one lab (root): speaker rolling restarts (E2E_VS_ROLLS=3), creates (E2E_VS_CREATE=10), hard kills (E2E_VS_KILLS=20), ratios (docs/benchmarks-metallb.md).
 	LAB_PROMETHEUS=0 go test -tags e2e ./test/e2e -run '^$$' -bench VersusMetalLB -benchtime 1x -timeout 90m -v
 
 .PHONY: bench-chaos
-bench-chaos: image lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## The nemesis for E2E_NEMESIS_DURATION=30m in the lab (root): random faults, one or two at a time (seed printed; E2E_NEMESIS_SEED=N replays it, E2E_NEMESIS_FAULTS picks kinds), checked from mypc and mypc2; prints the report (docs/benchmarks-e2e.md#nemesis).
+bench-chaos: lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## The nemesis for E2E_NEMESIS_DURATION=30m in the lab (root): random faults, one or two at a time (seed printed; E2E_NEMESIS_SEED=N replays it, E2E_NEMESIS_FAULTS picks kinds), checked from mypc and mypc2; prints the report (docs/benchmarks-e2e.md#nemesis).
 	LAB_PROMETHEUS=0 go test -tags e2e ./test/e2e -run '^$$' -bench 'Chaos$$' -benchtime 1x -timeout $(BENCH_CHAOS_TIMEOUT) -v
 
 # bench-chaos's go test timeout: its 30 minutes of faults plus the lab and the recoveries.
@@ -198,8 +202,8 @@ demo-dualstack: ## The walkthrough, then examples/dualstack (IPv6 and dual-stack
 
 .PHONY: build
 build: ## Build the ironlb binary and the kubectl plugin (kubectl-ironlb: `kubectl ironlb status`) into ./bin.
-	go build -ldflags "$(GO_LDFLAGS)" -o $(LOCALBIN)/ironlb ./cmd/ironlb
-	go build -ldflags "$(GO_LDFLAGS)" -o $(LOCALBIN)/kubectl-ironlb ./cmd/kubectl-ironlb
+	$(GO_BUILD) -ldflags "$(GO_LDFLAGS)" -o $(LOCALBIN)/ironlb ./cmd/ironlb
+	$(GO_BUILD) -ldflags "$(GO_LDFLAGS)" -o $(LOCALBIN)/kubectl-ironlb ./cmd/kubectl-ironlb
 
 .PHONY: version
 version: ## Print the version (the chart's appVersion).
@@ -213,7 +217,7 @@ IMAGE_DIR ?= $(LOCALBIN)/image
 image: $(IMAGE_TOOL) ## Build the image without Docker, for PLATFORMS, into bin/image: OCI layout (oci/), `docker load` tarballs, digest. The lab runs it.
 	@for p in $(PLATFORMS); do \
 	  echo ">> go build $$p"; \
-	  CGO_ENABLED=0 GOOS=$${p%%/*} GOARCH=$${p#*/} go build -trimpath -buildvcs=false -ldflags "$(GO_LDFLAGS)" \
+	  GOOS=$${p%%/*} GOARCH=$${p#*/} $(GO_BUILD) -ldflags "$(GO_LDFLAGS)" \
 	    -o $(IMAGE_DIR)/ironlb-$${p%%/*}-$${p#*/} ./cmd/ironlb; done
 	$(IMAGE_TOOL) build --repository $(IMAGE_REPO) --tag $(VERSION) --version $(VERSION) --revision $(COMMIT) \
 	  --epoch $(SOURCE_DATE_EPOCH) --out $(IMAGE_DIR) $(foreach p,$(PLATFORMS),--binary $(p)=$(IMAGE_DIR)/ironlb-$(subst /,-,$(p)))
@@ -319,7 +323,7 @@ export LAB_WORKERS LAB_SERVICE_CIDR LAB_IP_FAMILY LAB_PROMETHEUS
 
 .PHONY: lab
 lab: ## Build the lab command into ./bin/lab.
-	go build -o $(LAB) ./test/lab/cmd/lab
+	$(GO_BUILD) -o $(LAB) ./test/lab/cmd/lab
 
 .PHONY: lab-up
 lab-up: image lab $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) $(if $(filter 1,$(LAB_PROMETHEUS)),$(PROMETHEUS)) ## Bring the lab cluster up in network namespaces (LAB_WORKERS=3, LAB_SERVICE_CIDR=10.200.1.0/24, LAB_IP_FAMILY=dual|ipv4, LAB_PROMETHEUS=1 adds Prometheus).

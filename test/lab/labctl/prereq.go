@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 )
@@ -86,7 +87,8 @@ var labPrograms = []struct{ pkg, name string }{
 // image (BuildImage). With onlyPresent, packages missing from the checkout are skipped
 // instead of failing.
 func (l *Lab) BuildPrograms(ctx context.Context, onlyPresent bool) error {
-	args := []string{"build", "-o", l.BinDir() + "/"}
+	// The Makefile's GO_BUILD flags: one build cache with the image's binary.
+	args := []string{"build", "-trimpath", "-buildvcs=false", "-o", l.BinDir() + "/"}
 	var names []string
 	for _, p := range labPrograms {
 		if _, err := os.Stat(filepath.Join(l.Root, p.pkg)); err != nil {
@@ -104,6 +106,7 @@ func (l *Lab) BuildPrograms(ctx context.Context, onlyPresent bool) error {
 	done := l.step("building %s", strings.Join(names, ", "))
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = l.Root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, tail(string(out), 40))
 	}
@@ -115,12 +118,17 @@ func (l *Lab) BuildPrograms(ctx context.Context, onlyPresent bool) error {
 // ironlb's pods from.
 func (l *Lab) ImageLayout() string { return filepath.Join(l.BinDir(), "image", "oci") }
 
-// BuildImage runs `make image`: ironlb's multi-arch image, built as users get it, into
-// ImageLayout. Incremental (the Go build cache); an unchanged tree gives the same digest
-// and leaves the layout as it is.
+// BuildImage runs `make image` for this machine's architecture (the lab's nodes are
+// this machine; PLATFORMS in the environment overrides it), into ImageLayout.
+// Incremental (the Go build cache); an unchanged tree gives the same digest and leaves
+// the layout as it is, so `make demo`, which builds the same image first, is not repeated.
 func (l *Lab) BuildImage(ctx context.Context) error {
-	done := l.step("building ironlb's image (make image; the first build compiles every dependency for amd64 and arm64: minutes)")
-	cmd := exec.CommandContext(ctx, "make", "--no-print-directory", "image")
+	platforms := os.Getenv("PLATFORMS")
+	if platforms == "" {
+		platforms = "linux/" + runtime.GOARCH
+	}
+	done := l.step("building ironlb's image (make image PLATFORMS=" + platforms + "; the first build compiles every dependency: minutes)")
+	cmd := exec.CommandContext(ctx, "make", "--no-print-directory", "image", "PLATFORMS="+platforms)
 	cmd.Dir = l.Root
 	out, err := cmd.CombinedOutput()
 	if err != nil {
