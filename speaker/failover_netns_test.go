@@ -103,12 +103,23 @@ func TestNetnsNodeHelper(t *testing.T) {
 			t.Fatalf("IRONLB_SUSPICION_MULT=%q: %v", v, err)
 		}
 	}
+	// IRONLB_MB_HEALTH_PORT: the nodes' kube-proxy health endpoints are
+	// checked on this port (TestNetnsUnhealthyOwner), healthy after 1 s.
+	healthPort := 0
+	if v := os.Getenv("IRONLB_MB_HEALTH_PORT"); v != "" {
+		var err error
+		if healthPort, err = strconv.Atoi(v); err != nil {
+			t.Fatalf("IRONLB_MB_HEALTH_PORT=%q: %v", v, err)
+		}
+	}
 	n, err := newNode(log, nodeOptions{
-		Name:       node,
-		Ownership:  ownership.Options{Hold: hold},
-		Membership: mo,
-		LeaveGrace: 500 * time.Millisecond, // as the command sets it
-		Recorder:   nopRecorder{},
+		Name:                node,
+		Ownership:           ownership.Options{Hold: hold, RequireUp: healthPort > 0},
+		KubeProxyHealthPort: healthPort,
+		HealthyAfter:        time.Second,
+		Membership:          mo,
+		LeaveGrace:          500 * time.Millisecond, // as the command sets it
+		Recorder:            nopRecorder{},
 		NodeAddrs: func(_ context.Context, name string) []netip.Addr {
 			// The Node's InternalIP: its address on the clients' segment.
 			return []netip.Addr{netip.MustParseAddr(mbNodeIP(slices.Index(mbNodes, name)))}
@@ -218,8 +229,9 @@ func mbMAC(tb testing.TB, node string) string {
 	return f[i+1]
 }
 
-// mbStartNode starts the helper for node i inside its namespace.
-func mbStartNode(tb testing.TB, i int) *exec.Cmd {
+// mbStartNode starts the helper for node i inside its namespace, with env
+// added to its environment.
+func mbStartNode(tb testing.TB, i int, env ...string) *exec.Cmd {
 	tb.Helper()
 	var peers []string
 	for j := range mbNodes {
@@ -232,6 +244,7 @@ func mbStartNode(tb testing.TB, i int) *exec.Cmd {
 	cmd := exec.Command("ip", "netns", "exec", mbPrefix+mbNodes[i], os.Args[0], "-test.run=^TestNetnsNodeHelper$")
 	cmd.Env = append(os.Environ(), "IRONLB_MB_NODE="+mbNodes[i], "IRONLB_MB_IP="+mbMLIP(i), "IRONLB_MB_PEERS="+strings.Join(peers, ","),
 		"IRONLB_MB_LOGDIR="+mbLogDir)
+	cmd.Env = append(cmd.Env, env...)
 	if err := cmd.Start(); err != nil {
 		tb.Fatalf("start %s: %v", mbNodes[i], err)
 	}
@@ -667,9 +680,17 @@ type mbCluster struct {
 	runnerUp string // where the VIP goes if the owner dies: the hash winner of the others
 }
 
-// startMBCluster builds the namespaces and starts the three nodes; all is
-// torn down when tb ends.
-func startMBCluster(tb testing.TB) *mbCluster {
+// startMBCluster builds the namespaces and starts the three nodes (with env
+// added to their environment); all is torn down when tb ends.
+func startMBCluster(tb testing.TB, env ...string) *mbCluster {
+	c := newMBCluster(tb)
+	c.startNodes(tb, env...)
+	return c
+}
+
+// newMBCluster builds the namespaces, starting no node; all is torn down
+// when tb ends.
+func newMBCluster(tb testing.TB) *mbCluster {
 	tb.Helper()
 	if os.Geteuid() != 0 {
 		tb.Skip("needs root for network namespaces (runs in CI as root)")
@@ -681,9 +702,6 @@ func startMBCluster(tb testing.TB) *mbCluster {
 	for _, n := range mbNodes {
 		c.macs[n] = mbMAC(tb, n)
 	}
-	for i := range mbNodes {
-		c.procs[i] = mbStartNode(tb, i)
-	}
 	tb.Cleanup(func() {
 		for _, p := range c.procs {
 			if p != nil && p.Process != nil {
@@ -693,6 +711,14 @@ func startMBCluster(tb testing.TB) *mbCluster {
 		}
 	})
 	return c
+}
+
+// startNodes starts every node's speaker (with env added to its
+// environment) and waits until each decides.
+func (c *mbCluster) startNodes(tb testing.TB, env ...string) {
+	for i := range mbNodes {
+		c.procs[i] = mbStartNode(tb, i, env...)
+	}
 }
 
 // startProbe starts the client's ARP probe for the rest of tb.

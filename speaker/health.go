@@ -84,6 +84,9 @@ type health struct {
 	// distrustUntil is when a stall's or failed sends' distrust ends
 	// (UnixNano).
 	distrustUntil atomic.Int64
+	// checker asks the watched nodes' kube-proxy health endpoints (nil or
+	// port 0: kernel probes only); see delivery.go.
+	checker *healthChecker
 	// answering reports whether this speaker answers for the IPs it owns
 	// (a valid configuration); the members learn it from this member's
 	// memberlist metadata (answersMeta) and hold a member that does not, so
@@ -341,6 +344,21 @@ func (h *health) probeLoop(ctx context.Context, node string) {
 	h.mu.Lock()
 	fallback, hasFallback := h.addrs[node]
 	h.mu.Unlock()
+	// Its delivery is checked at the first of its addresses (InternalIP
+	// first), where kube-proxy's health endpoint listens.
+	var dw *deliveryWatch
+	if h.checker.enabled() {
+		if addr, ok := firstAddr(targets, fallback, hasFallback); ok {
+			dw = newDeliveryWatch()
+			dctx, stop := context.WithCancel(ctx)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				dw.run(dctx, h.checker, addr)
+			}()
+			defer func() { stop(); <-done }()
+		}
+	}
 	var last ownership.Path = -1
 	var lastMAC string
 	var seq uint64     // of the current finding
@@ -380,6 +398,12 @@ func (h *health) probeLoop(ctx context.Context, node string) {
 		if p == -1 {
 			p = ownership.PathUnknown
 		}
+		if dw != nil {
+			d, since, why := dw.get()
+			if v := voteOf(p, d); v != p {
+				p, reason = v, why+" ("+d.String()+" since "+since.Format(time.RFC3339)+")"
+			}
+		}
 		if !h.trusted.Load() {
 			// Its own link, CPU or sends failed: what it sees says more
 			// about itself than about node.
@@ -412,12 +436,26 @@ func (h *health) probeLoop(ctx context.Context, node string) {
 		if misses > 0 && misses < missedRounds {
 			pause = 0
 		}
+		var kick chan struct{}
+		if dw != nil {
+			kick = dw.kick // a changed delivery finding is voted at once
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(pause):
+		case <-kick:
 		}
 	}
+}
+
+// firstAddr is the address a node's delivery is checked at: its first Node
+// address, else its memberlist address.
+func firstAddr(targets []netip.Addr, fallback netip.Addr, hasFallback bool) (netip.Addr, bool) {
+	if len(targets) > 0 {
+		return targets[0], true
+	}
+	return fallback, hasFallback
 }
 
 // silence is what a run of unanswered probe rounds means (silenceVerdict).

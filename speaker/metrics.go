@@ -43,7 +43,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		ownerChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "ironlb", Name: "owner_changes_total",
-			Help: "Ownership changes of Service IPs this node saw, by reason (placed, ownerDataPathDown, ownerIneligible, holdExpired, failback, learned).",
+			Help: "Ownership changes of Service IPs this node saw, by reason (placed, ownerDataPathDown, ownerUnhealthy, ownerIneligible, holdExpired, failback, learned).",
 		}, []string{"reason"}),
 		ownedMax: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "ironlb", Name: "owned_ips_max",
@@ -81,8 +81,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	// Every reason starts at 0: a series that appears at 1 has no increase to
 	// Prometheus, so the first failover of a kind would be invisible to increase()
 	// and rate() (the dashboard's "Owner changes by reason").
-	for _, r := range []ownership.Reason{ownership.ReasonPlaced, ownership.ReasonOwnerDown, ownership.ReasonOwnerIneligible,
-		ownership.ReasonHoldExpired, ownership.ReasonFailback, ownership.ReasonLearned} {
+	for _, r := range ownership.AllReasons() {
 		m.ownerChanges.WithLabelValues(string(r))
 	}
 	for _, d := range ownership.AllDrops() {

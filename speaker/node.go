@@ -71,6 +71,10 @@ type nodeOptions struct {
 	KeyFile string
 	// LeaveGrace: see Options.LeaveGrace.
 	LeaveGrace time.Duration
+	// KubeProxyHealthPort and HealthyAfter: see Options (0: no checks).
+	// Ownership.RequireUp should be set with a port.
+	KubeProxyHealthPort int
+	HealthyAfter        time.Duration
 
 	// Registerer receives the speaker's metrics (nil: none registered).
 	Registerer prometheus.Registerer
@@ -167,6 +171,7 @@ func (n *node) Start(ctx context.Context) error {
 	// Health after the prober and the membership it reads.
 	n.health = &health{log: n.log.WithName("health"), self: n.opts.Name, ml: ml, own: n.own, prober: n.prober, metrics: n.metrics,
 		votes:        newVoteSender(ml),
+		checker:      newHealthChecker(n.opts.KubeProxyHealthPort, n.opts.HealthyAfter),
 		nodeAddrs:    n.opts.NodeAddrs,
 		links:        n.ann.Links,
 		linksChanged: n.linksChanged,

@@ -72,6 +72,14 @@ type Options struct {
 	// freeze); another speaker answers ARP/NDP for it meanwhile. Zero: IPs
 	// move as soon as the speaker is gone (MetalLB's behaviour).
 	HoldTime time.Duration
+	// KubeProxyHealthPort: the port of kube-proxy's health endpoint
+	// (/healthz) on every node, which the node's watchers ask: a node whose
+	// kube-proxy is unhealthy loses its IPs (ownerUnhealthy) and takes none
+	// until it has been healthy for HealthyAfter. 0: no health checks (the
+	// kernel's ARP/NDP answers alone, as before).
+	KubeProxyHealthPort int
+	// HealthyAfter: see DefaultHealthyAfter (zero takes it).
+	HealthyAfter time.Duration
 
 	// Layer2 configures the announcer (GARP count and spacing, refresh,
 	// excluded interfaces, test seams). Registerer and NodeName are set here.
@@ -131,12 +139,16 @@ func (o *Options) nodeOptions() nodeOptions {
 		keyFile = keyFilePath(o.MLSecretKeyPath)
 	}
 	return nodeOptions{
-		Name:              o.NodeName,
-		Layer2:            o.Layer2,
-		Ownership:         ownership.Options{Failback: o.Failback, Hold: o.HoldTime},
-		DisableMemberlist: o.DisableMemberlist,
-		Membership:        mo,
-		KeyFile:           keyFile,
-		LeaveGrace:        o.LeaveGrace,
+		Name:   o.NodeName,
+		Layer2: o.Layer2,
+		Ownership: ownership.Options{Failback: o.Failback, Hold: o.HoldTime,
+			// Nodes take IPs only once found delivering, when that is checked.
+			RequireUp: o.KubeProxyHealthPort > 0},
+		KubeProxyHealthPort: o.KubeProxyHealthPort,
+		HealthyAfter:        o.HealthyAfter,
+		DisableMemberlist:   o.DisableMemberlist,
+		Membership:          mo,
+		KeyFile:             keyFile,
+		LeaveGrace:          o.LeaveGrace,
 	}
 }

@@ -87,7 +87,11 @@ func (o *owners) view(f statusview.Filter) ownersView {
 	}
 	for _, n := range o.eng.Nodes() {
 		sp, path := o.eng.Speaker(n)
-		nd := statusview.Node{Name: n, Speaker: sp.String(), Path: path.String(), Held: o.eng.Held(n), Owned: o.eng.Load(n)}
+		nd := statusview.Node{Name: n, Speaker: sp.String(), Path: path.String(), Held: o.eng.Held(n), Owned: o.eng.Load(n),
+			NotPlaceable: !o.eng.Placeable(n)}
+		if since := o.eng.PathSince(n); !since.IsZero() {
+			nd.PathSince = since.UTC().Format(time.RFC3339)
+		}
 		if nd.Held {
 			nd.Deputy = o.eng.Deputy(n)
 		}

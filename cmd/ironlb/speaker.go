@@ -151,6 +151,12 @@ MetalLB speaker Pod spec works unchanged.`,
 		"how long a node whose speaker is away (restart, crash, freeze) keeps its IPs while its kernel still answers ARP/NDP for its own address; "+
 			"another speaker answers for it with its MAC meanwhile. 0: IPs move as soon as the speaker is gone, as in MetalLB")
 
+	f.IntVar(&o.KubeProxyHealthPort, "kube-proxy-health-port", speaker.DefaultKubeProxyHealthPort,
+		"port of kube-proxy's health endpoint (/healthz) on every node, asked by the node's watchers: a node whose kube-proxy is unhealthy (or whose port is refused) loses its IPs "+
+			"and takes none until it has passed for --healthy-after; 0: no health checks, the kernel's ARP/NDP answers alone decide")
+	f.DurationVar(&o.HealthyAfter, "healthy-after", speaker.DefaultHealthyAfter,
+		"how long a node's kube-proxy health endpoint must pass before the node takes IPs (after it joined, or after a failure)")
+
 	// layer 2
 	f.IntVar(&l2.GratuitousCount, "garp-count", 5,
 		"gratuitous ARP / unsolicited NA bursts sent when this node takes over an IP (first at once); negative: none")

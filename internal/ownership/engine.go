@@ -54,6 +54,13 @@ const (
 	ReasonLearned Reason = "learned"
 )
 
+// AllReasons lists every Reason, for exporting the counters (each series
+// starts at 0).
+func AllReasons() []Reason {
+	return []Reason{ReasonPlaced, ReasonOwnerDown, ReasonOwnerUnhealthy, ReasonOwnerIneligible,
+		ReasonHoldExpired, ReasonFailback, ReasonLearned}
+}
+
 // Change is one key changing owner.
 type Change struct {
 	Key      string
@@ -132,8 +139,10 @@ type nodeState struct {
 	speaker   Speaker
 	goneSince time.Time
 	expired   bool // the hold ran out (processed once)
-	// path is the aggregate of votes (pathOf), never set directly.
-	path Path
+	// path is the aggregate of votes (pathOf), never set directly;
+	// pathSince is when it last changed (status).
+	path      Path
+	pathSince time.Time
 	// member: seen as a memberlist member; expected: it runs a speaker Pod
 	// (SetSpeakerNodes). Either counts in the quorum, as does an owner of
 	// active keys, until forgotten (Forget, or gone memberForget).
@@ -385,7 +394,7 @@ func (e *Engine) setPaths(paths map[string]Path) []Change {
 		if p == prev {
 			continue
 		}
-		n.path = p
+		n.path, n.pathSince = p, e.now
 		e.ringDirty = true
 		switch {
 		case !p.delivers() && prev.delivers():
@@ -761,6 +770,17 @@ func (e *Engine) Held(node string) bool {
 	n := e.nodes[node]
 	return n != nil && !n.alive() && e.serving(node)
 }
+
+// PathSince returns when node's data-path verdict last changed (zero: never).
+func (e *Engine) PathSince(node string) time.Time {
+	if n := e.nodes[node]; n != nil {
+		return n.pathSince
+	}
+	return time.Time{}
+}
+
+// Placeable reports whether node can take a key now (status).
+func (e *Engine) Placeable(node string) bool { return e.placeable(node) }
 
 // Speaker returns what the engine knows of node's speaker and data path.
 func (e *Engine) Speaker(node string) (Speaker, Path) {

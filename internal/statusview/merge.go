@@ -91,10 +91,16 @@ const (
 	// announce it (a problem).
 	StateOwnerNotAnnouncing = "ownerNotAnnouncing"
 	// StateStandby: a live candidate; ownership is sticky, so it waits.
-	StateStandby          = "standby"
-	StateNotMember        = "notMember"
-	StateSuspect          = "suspect"
-	StateDataPathDown     = "dataPathDown"
+	StateStandby      = "standby"
+	StateNotMember    = "notMember"
+	StateSuspect      = "suspect"
+	StateDataPathDown = "dataPathDown"
+	// StateUnhealthy: its kernel answers, but a majority of its watchers
+	// find its kube-proxy unhealthy: it owns and takes no IP.
+	StateUnhealthy = "unhealthy"
+	// StateNotYetHealthy: a live member its watchers have not yet found
+	// delivering (kube-proxy healthy for --healthy-after): it takes no IP.
+	StateNotYetHealthy    = "notYetHealthy"
 	StateInterfaceMissing = "interfaceMissing"
 )
 
@@ -361,10 +367,14 @@ func candidateState(n string, ss ServiceStatus, ref view, nodes map[string]Node,
 		return NodeStatus{Node: n, State: StateNotMember, Detail: "no live speaker in " + ref.snap.Node + "'s view"}
 	case nd.Path == PathDown:
 		return NodeStatus{Node: n, State: StateDataPathDown, Detail: "its kernel stopped answering on the segment"}
+	case nd.Path == PathUnhealthy:
+		return NodeStatus{Node: n, State: StateUnhealthy, Detail: "excluded: kube-proxy unhealthy since " + nd.PathSince + " (a majority of its watchers)"}
 	case mine != nil && mine.MissingInterfaces:
 		return NodeStatus{Node: n, State: StateInterfaceMissing, Detail: fmt.Sprintf("none of %v exists on the node", mine.Interfaces)}
 	case nd.Speaker == SpeakerSuspect:
 		return NodeStatus{Node: n, State: StateSuspect, Detail: "memberlist suspects it"}
+	case n != ss.Owner && nd.NotPlaceable && nd.Path == PathUnknown:
+		return NodeStatus{Node: n, State: StateNotYetHealthy, Detail: "its watchers have not yet found it delivering (kube-proxy healthy for --healthy-after)"}
 	case n == ss.Owner:
 		return NodeStatus{Node: n, State: StateOwnerNotAnnouncing, Detail: "owns the IP but its speaker does not announce it"}
 	}

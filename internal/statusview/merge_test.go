@@ -393,3 +393,21 @@ func TestMergeQuorumAndNotAnswering(t *testing.T) {
 		t.Fatalf("speakers of the previous release (no KnownMembers): problems %v", got)
 	}
 }
+
+// A node its watchers find unhealthy, and one not yet found delivering, say
+// so and why; neither is the next owner.
+func TestMergeUnhealthyNodes(t *testing.T) {
+	c := cluster()
+	w3 := nodeState(c["w1"], "w3")
+	w3.Path, w3.PathSince, w3.NotPlaceable = PathUnhealthy, "2026-11-29T11:00:00Z", true
+	w2 := nodeState(c["w1"], "w2")
+	w2.Path, w2.NotPlaceable = PathUnknown, true
+	r := Merge(t0, sources(c))
+	got := r.Services[0].Nodes
+	if got[1].State != StateUnhealthy || !strings.Contains(got[1].Detail, "kube-proxy unhealthy since 2026-11-29T11:00:00Z") {
+		t.Errorf("w3: %+v, want unhealthy since its verdict", got[1])
+	}
+	if got[2].State != StateNotYetHealthy {
+		t.Errorf("w2: %+v, want notYetHealthy", got[2])
+	}
+}

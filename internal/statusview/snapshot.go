@@ -83,8 +83,15 @@ type Node struct {
 	Name string `json:"name"`
 	// Speaker: alive, suspect or gone (not a member).
 	Speaker string `json:"speaker"`
-	// Path: the data-path verdict, up, down or unknown (not probed).
-	Path string `json:"path"`
+	// Path: the data-path verdict, up, down, unhealthy (its kernel answers
+	// but its kube-proxy does not deliver) or unknown (not probed, or not
+	// yet found delivering); PathSince: when it last changed (RFC 3339).
+	Path      string `json:"path"`
+	PathSince string `json:"pathSince,omitempty"`
+	// NotPlaceable: it cannot take a new IP now (not a member, data path
+	// down or unhealthy, or, where health checks are on, not yet found
+	// delivering). Absent in a snapshot of an earlier release.
+	NotPlaceable bool `json:"notPlaceable,omitempty"`
 	// Held: its speaker is away but it keeps its IPs (hold time running,
 	// data path not down); Deputy answers for it.
 	Held   bool   `json:"held,omitempty"`
@@ -102,6 +109,8 @@ const (
 	SpeakerSuspect = "suspect"
 	SpeakerGone    = "gone"
 	PathDown       = "down"
+	PathUnhealthy  = "unhealthy"
+	PathUnknown    = "unknown"
 )
 
 // Service is what a speaker knows of one LoadBalancer Service.
