@@ -112,8 +112,20 @@ type health struct {
 	announcing func() []string
 
 	// polls counts completed polls: ownership must not decide before a
-	// poll that follows the initial join (see awaitPoll).
-	polls atomic.Uint64
+	// poll that follows the initial join (see awaitPoll); lastPoll is when
+	// the last one completed (UnixNano; liveness).
+	polls    atomic.Uint64
+	lastPoll atomic.Int64
+}
+
+// sinceLastPoll returns how long ago the last poll completed, and whether
+// one has.
+func (h *health) sinceLastPoll(now time.Time) (time.Duration, bool) {
+	last := h.lastPoll.Load()
+	if last == 0 {
+		return 0, false
+	}
+	return now.Sub(time.Unix(0, last)), true
 }
 
 // awaitPoll waits until a poll that started after the call has completed.
@@ -184,6 +196,7 @@ func (h *health) run(ctx context.Context) {
 		}
 		h.poll(ctx, now)
 		h.polls.Add(1)
+		h.lastPoll.Store(time.Now().UnixNano())
 		if now.Sub(lastTick) >= tickEvery {
 			h.own.Tick(now)
 			lastTick = now

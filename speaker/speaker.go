@@ -250,7 +250,8 @@ func Run(ctx context.Context, opts Options) error {
 	if probeAddr != "0" {
 		// Last before the start: nothing returns early once it listens.
 		status := &statusSource{self: opts.NodeName, own: own, ann: n.ann, ml: ml, conflicts: conflictRecords, exclusions: r.exclusions, survey: survey}
-		srv, err := probeServer(probeAddr, canAnnounce, status)
+		live := newLiveness(own, func() *health { return n.health })
+		srv, err := probeServer(probeAddr, live.check, canAnnounce, status)
 		if err != nil {
 			return err
 		}
