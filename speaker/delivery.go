@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -62,8 +63,8 @@ const (
 	deliveryHealthy
 	// deliveryFailing: failAfter definite failures in a row.
 	deliveryFailing
-	// deliveryUnchecked: health checks are off (no port), or the node has
-	// no address to ask.
+	// deliveryUnchecked: health checks are off (no port), the node has no
+	// address to ask, or the endpoint has answered on no node yet.
 	deliveryUnchecked
 )
 
@@ -158,6 +159,13 @@ type healthChecker struct {
 	port         int
 	healthyAfter time.Duration
 	client       *http.Client
+	// answered: the endpoint has answered HTTP (any status) on some node.
+	// Until it has, the checks count for nothing (deliveryUnchecked): in a
+	// cluster whose kube-proxy replacement serves no such endpoint every
+	// node refuses the port, and reading that as every node failing would
+	// take every IP off the segment. Once one node answered, a refused port
+	// elsewhere is that node's kube-proxy missing.
+	answered atomic.Bool
 }
 
 func newHealthChecker(port int, healthyAfter time.Duration) *healthChecker {
@@ -192,6 +200,7 @@ func (c *healthChecker) check(ctx context.Context, addr netip.Addr) (checkResult
 		return checkNoAnswer, err.Error()
 	}
 	resp.Body.Close()
+	c.answered.Store(true)
 	if resp.StatusCode != http.StatusOK {
 		return checkFailed, fmt.Sprintf("kube-proxy health on %s: %s", addr, resp.Status)
 	}
@@ -209,10 +218,14 @@ type deliveryWatch struct {
 
 func newDeliveryWatch() *deliveryWatch { return &deliveryWatch{kick: make(chan struct{}, 1)} }
 
-// get returns the current finding, since when it holds, and why.
-func (w *deliveryWatch) get() (delivery, time.Time, string) {
+// get returns the current finding, since when it holds, and why;
+// unchecked while c's endpoint has answered on no node yet.
+func (w *deliveryWatch) get(c *healthChecker) (delivery, time.Time, string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if !c.answered.Load() {
+		return deliveryUnchecked, time.Time{}, "kube-proxy's health endpoint has answered on no node yet: not checked"
+	}
 	return w.st.state, w.st.since, w.reason
 }
 

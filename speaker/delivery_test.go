@@ -130,3 +130,42 @@ func TestHealthCheck(t *testing.T) {
 		t.Errorf("a server that never answers: %v (%s)", r, why)
 	}
 }
+
+// TestHealthCheckUncheckedUntilAnswered: while the endpoint has answered on
+// no node (a kube-proxy replacement without it: every port refused), the
+// findings are unchecked, so the kernel alone judges; once one node
+// answered, a refused port counts.
+func TestHealthCheckUncheckedUntilAnswered(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := netip.MustParseAddrPort(ln.Addr().String())
+	ln.Close()
+	c := newHealthChecker(int(closed.Port()), time.Millisecond)
+	w := newDeliveryWatch()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.run(ctx, c, closed.Addr()) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		w.mu.Lock()
+		st := w.st.state
+		w.mu.Unlock()
+		if st == deliveryFailing {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a refused port never made the finding failing: %s", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if d, _, why := w.get(c); d != deliveryUnchecked {
+		t.Fatalf("refused everywhere, never answered: %s (%s), want unchecked", d, why)
+	}
+	c.answered.Store(true) // another node's endpoint answered
+	if d, _, _ := w.get(c); d != deliveryFailing {
+		t.Fatalf("refused here, answered elsewhere: %s, want failing", d)
+	}
+}

@@ -412,7 +412,7 @@ func (h *health) probeLoop(ctx context.Context, node string) {
 			p = ownership.PathUnknown
 		}
 		if dw != nil {
-			d, since, why := dw.get()
+			d, since, why := dw.get(h.checker)
 			if v := voteOf(p, d); v != p {
 				p, reason = v, why+" ("+d.String()+" since "+since.Format(time.RFC3339)+")"
 			}
