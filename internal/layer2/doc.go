@@ -18,7 +18,9 @@
 // traffic. File layout: announcer.go keeps the owned set and the
 // responders' lifecycle, gratuitous.go the announcement scheduler,
 // conflict.go the conflict policy, proxy.go the proxy entries, responder.go
-// the per-frame policy, prober.go the Prober.
+// the per-frame policy, prober.go the Prober (ARP/NDP: is a node's kernel
+// alive), synprobe.go the SYNProber (does a node deliver a Service: a TCP SYN
+// to VIP:port sent to its MAC, answered by a SYN-ACK, then reset).
 //
 // The package never adds addresses to interfaces and never touches routing:
 // traffic to the IPs is handled by kube-proxy.

@@ -102,8 +102,32 @@ func netlinkLinks() ([]Link, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing addresses: %w", err)
 	}
-	ll := map[int]netip.Addr{}
-	prefixes := map[int][]netip.Prefix{}
+	byLink := map[int][]netlink.Addr{}
+	for _, a := range addrs {
+		byLink[a.LinkIndex] = append(byLink[a.LinkIndex], a)
+	}
+	out := make([]Link, 0, len(links))
+	for _, l := range links {
+		out = append(out, linkOf(l, byLink[l.Attrs().Index]))
+	}
+	return out, nil
+}
+
+// linkOf describes a netlink link with its addresses: the first IPv6
+// link-local one, and the global unicast prefixes, sorted; tentative and
+// DAD-failed addresses are left out.
+func linkOf(l netlink.Link, addrs []netlink.Addr) Link {
+	at := l.Attrs()
+	out := Link{
+		Name:      at.Name,
+		Index:     at.Index,
+		MAC:       at.HardwareAddr,
+		Up:        at.Flags&net.FlagUp != 0,
+		Carrier:   at.RawFlags&unix.IFF_LOWER_UP != 0 || at.OperState == netlink.OperUp,
+		Broadcast: at.Flags&net.FlagBroadcast != 0,
+		NoARP:     at.RawFlags&unix.IFF_NOARP != 0,
+		Slave:     at.MasterIndex != 0,
+	}
 	for _, a := range addrs {
 		ip, ok := netip.AddrFromSlice(a.IP)
 		if !ok || a.IPNet == nil || a.Flags&(unix.IFA_F_TENTATIVE|unix.IFA_F_DADFAILED) != 0 {
@@ -112,33 +136,16 @@ func netlinkLinks() ([]Link, error) {
 		ip = ip.Unmap()
 		switch {
 		case ip.Is6() && ip.IsLinkLocalUnicast():
-			if _, seen := ll[a.LinkIndex]; !seen {
-				ll[a.LinkIndex] = ip
+			if !out.LinkLocal.IsValid() {
+				out.LinkLocal = ip
 			}
 		case ip.IsGlobalUnicast():
 			ones, _ := a.Mask.Size()
-			prefixes[a.LinkIndex] = append(prefixes[a.LinkIndex], netip.PrefixFrom(ip, ones))
+			out.Prefixes = append(out.Prefixes, netip.PrefixFrom(ip, ones))
 		}
 	}
-	out := make([]Link, 0, len(links))
-	for _, l := range links {
-		at := l.Attrs()
-		p := prefixes[at.Index]
-		slices.SortFunc(p, comparePrefixes)
-		out = append(out, Link{
-			Name:      at.Name,
-			Index:     at.Index,
-			MAC:       at.HardwareAddr,
-			Up:        at.Flags&net.FlagUp != 0,
-			Carrier:   at.RawFlags&unix.IFF_LOWER_UP != 0 || at.OperState == netlink.OperUp,
-			Broadcast: at.Flags&net.FlagBroadcast != 0,
-			NoARP:     at.RawFlags&unix.IFF_NOARP != 0,
-			Slave:     at.MasterIndex != 0,
-			LinkLocal: ll[at.Index],
-			Prefixes:  p,
-		})
-	}
-	return out, nil
+	slices.SortFunc(out.Prefixes, comparePrefixes)
+	return out
 }
 
 // linksChanged reports whether two scans (sorted by name) differ in the set
