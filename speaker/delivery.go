@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ironlb/ironlb/internal/layer2"
 	"github.com/ironlb/ironlb/internal/ownership"
 )
 
@@ -110,6 +111,10 @@ const (
 	// checkNoAnswer: timeout, unreachable, or any other error: says nothing
 	// about kube-proxy.
 	checkNoAnswer
+	// checkFailedSure: two independent findings agree, the endpoint failed
+	// and a Service's traffic through the node went nowhere (while another
+	// node delivered it): failing at once, without waiting for failAfter.
+	checkFailedSure
 )
 
 // deliveryState is the hysteresis of one node's delivery check: failing
@@ -128,9 +133,12 @@ type deliveryState struct {
 func (s *deliveryState) observe(r checkResult, now time.Time, healthyAfter time.Duration) bool {
 	prev := s.state
 	switch r {
-	case checkFailed:
+	case checkFailed, checkFailedSure:
 		s.passingSince = time.Time{}
 		s.fails++
+		if r == checkFailedSure {
+			s.fails = max(s.fails, failAfter)
+		}
 		if s.fails >= failAfter {
 			s.state = deliveryFailing
 		}
@@ -207,16 +215,154 @@ func (c *healthChecker) check(ctx context.Context, addr netip.Addr) (checkResult
 	return checkPassed, "kube-proxy healthy on " + addr.String()
 }
 
+// Trying a Service through the node. kube-proxy's endpoint says what
+// kube-proxy thinks of itself: a kube-proxy restarting (a rolling update)
+// refuses its port while its rules still deliver every Service, and a node
+// whose pod network is cut behind a healthy kube-proxy delivers nothing. So
+// a watcher also tries a connection to one of the watched owner's Services
+// through it: a TCP SYN to the Service's IP and first TCP port, in a frame
+// addressed to the owner's MAC (layer2.SYNProber; reset at once, so no
+// backend sees a connection). A SYN-ACK or a reset is delivered. No answer is
+// the owner's fault only if the same try through another node (a control)
+// is answered: else the Service itself is broken, and moving its IP would
+// not help. The cost is bounded per node, not per Service: one try per
+// watched owner every serviceEvery, a sample of its Services over time.
+const (
+	// serviceEvery: a Service is tried through each watched owner this
+	// often, and at once when its kube-proxy fails or a try failed.
+	serviceEvery = time.Second
+	// synTimeout and synTries: a round is up to synTries SYNs, each waiting
+	// synTimeout (a LAN answers in well under a millisecond; three tries
+	// make a lossy link's round fail rarely: 13 % at 30 % loss each way).
+	synTimeout = 150 * time.Millisecond
+	synTries   = 3
+	// serviceFailAfter rounds in a row through the owner unanswered while
+	// the control answers make a failure (0.2 % at 30 % loss each way).
+	serviceFailAfter = 3
+)
+
+// synProber is what the delivery check needs from layer2.SYNProber.
+type synProber interface {
+	Probe(ctx context.Context, pr layer2.SYNProbe) layer2.SYNProbeResult
+}
+
+// serviceCheck tries a watched owner's Services through it.
+type serviceCheck struct {
+	syn synProber
+	// target returns an IP and TCP port of a Service node owns (none: the
+	// node owns none, and only kube-proxy's endpoint judges it).
+	target func(node string) (netip.AddrPort, bool)
+	// control returns the MAC, on iface, of another node that is up.
+	control func(node, iface string) (net.HardwareAddr, bool)
+}
+
+// serviceVerdict is one round's outcome.
+type serviceVerdict int
+
+const (
+	// serviceUntried: no round (not due, no Service, no MAC yet).
+	serviceUntried serviceVerdict = iota
+	// serviceDelivered: the owner answered (SYN-ACK or reset).
+	serviceDelivered
+	// serviceBlackholed: the owner did not answer, the control did.
+	serviceBlackholed
+	// serviceUnknown: neither answered (the Service is broken, or this
+	// watcher's own path is), or no control to compare with.
+	serviceUnknown
+)
+
+// try sends up to synTries SYNs for target to mac on iface and reports
+// whether one was answered.
+func (sc *serviceCheck) try(ctx context.Context, iface string, mac net.HardwareAddr, target netip.AddrPort) (bool, string) {
+	why := ""
+	for range synTries {
+		res := sc.syn.Probe(ctx, layer2.SYNProbe{Interface: iface, OwnerMAC: mac, VIP: target, Timeout: synTimeout})
+		switch res.Outcome {
+		case layer2.SYNAnswered, layer2.SYNRefused:
+			return true, res.Why()
+		case layer2.SYNNoInterface, layer2.SYNError, layer2.SYNCanceled:
+			return false, res.Why() // retrying cannot help
+		}
+		why = res.Why()
+	}
+	return false, why
+}
+
+// round tries one of node's Services through it (its MAC on iface).
+func (sc *serviceCheck) round(ctx context.Context, node, iface string, mac net.HardwareAddr) (serviceVerdict, string) {
+	target, ok := sc.target(node)
+	if !ok || iface == "" || len(mac) != 6 {
+		return serviceUntried, ""
+	}
+	if ok, why := sc.try(ctx, iface, mac, target); ok {
+		return serviceDelivered, "a connection to " + target.String() + " through it was answered (" + why + ")"
+	}
+	cmac, ok := sc.control(node, iface)
+	if !ok {
+		return serviceUnknown, "a connection to " + target.String() + " through it was not answered, and no other node to compare with"
+	}
+	if ok, _ := sc.try(ctx, iface, cmac, target); !ok {
+		return serviceUnknown, "a connection to " + target.String() + " was answered neither through it nor through another node"
+	}
+	return serviceBlackholed, "a connection to " + target.String() + " through it was not answered, through another node it was"
+}
+
+// combineChecks folds a round's verdict into the health endpoint's result,
+// given the rounds through the owner that failed in a row before (fails);
+// it returns the result to observe and the new count.
+//
+//   - Delivered overrides a failing endpoint: kube-proxy restarting with its
+//     rules in place still delivers.
+//   - Blackholed with a failing endpoint fails at once (checkFailedSure);
+//     with a passing one, once serviceFailAfter rounds in a row were
+//     blackholed; before that the result says nothing (no pass either).
+//   - Untried and unknown leave the endpoint's result as it is.
+func combineChecks(r checkResult, v serviceVerdict, fails int) (checkResult, int) {
+	switch v {
+	case serviceDelivered:
+		return checkPassed, 0
+	case serviceBlackholed:
+		fails++
+		switch {
+		case r == checkFailed:
+			return checkFailedSure, fails
+		case fails >= serviceFailAfter:
+			return checkFailed, fails
+		}
+		return checkNoAnswer, fails
+	}
+	return r, fails
+}
+
 // deliveryWatch runs one node's delivery checks for its probe loop: the
-// loop reads the current finding (get) and is kicked when it changes.
+// loop reads the current finding (get), tells where the node's kernel
+// answers (setPath), and is kicked when the finding changes.
 type deliveryWatch struct {
+	node string
+	svc  *serviceCheck // nil: kube-proxy's endpoint alone
+	kick chan struct{}
+
 	mu     sync.Mutex
 	st     deliveryState
 	reason string
-	kick   chan struct{}
+	iface  string
+	mac    net.HardwareAddr
 }
 
-func newDeliveryWatch() *deliveryWatch { return &deliveryWatch{kick: make(chan struct{}, 1)} }
+func newDeliveryWatch(node string, svc *serviceCheck) *deliveryWatch {
+	return &deliveryWatch{node: node, svc: svc, kick: make(chan struct{}, 1)}
+}
+
+// setPath records the interface and MAC the node's kernel last answered
+// with, where its Services are tried.
+func (w *deliveryWatch) setPath(iface string, mac net.HardwareAddr) {
+	if iface == "" || len(mac) != 6 {
+		return
+	}
+	w.mu.Lock()
+	w.iface, w.mac = iface, mac
+	w.mu.Unlock()
+}
 
 // get returns the current finding, since when it holds, and why;
 // unchecked while c's endpoint has answered on no node yet.
@@ -229,11 +375,31 @@ func (w *deliveryWatch) get(c *healthChecker) (delivery, time.Time, string) {
 	return w.st.state, w.st.since, w.reason
 }
 
-// run checks addr every checkEvery until ctx ends.
+// run checks addr every checkEvery, and tries a Service every serviceEvery,
+// until ctx ends.
 func (w *deliveryWatch) run(ctx context.Context, c *healthChecker, addr netip.Addr) {
+	var lastRound time.Time
+	svcFails := 0
 	for {
 		began := time.Now()
 		r, why := c.check(ctx, addr)
+		if w.svc != nil && (r == checkFailed || svcFails > 0 || began.Sub(lastRound) >= serviceEvery) {
+			w.mu.Lock()
+			iface, mac := w.iface, w.mac
+			w.mu.Unlock()
+			v, vwhy := w.svc.round(ctx, w.node, iface, mac)
+			if v != serviceUntried {
+				lastRound = began
+			}
+			var r2 checkResult
+			if r2, svcFails = combineChecks(r, v, svcFails); r2 != r || v == serviceBlackholed {
+				why = vwhy
+				if r == checkFailed && v == serviceDelivered {
+					why = "kube-proxy's health endpoint fails, but " + vwhy
+				}
+			}
+			r = r2
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -242,7 +408,7 @@ func (w *deliveryWatch) run(ctx context.Context, c *healthChecker, addr netip.Ad
 		if r != checkNoAnswer || changed {
 			w.reason = why
 		}
-		confirming := w.st.fails > 0 && w.st.state != deliveryFailing
+		confirming := (w.st.fails > 0 || svcFails > 0) && w.st.state != deliveryFailing
 		w.mu.Unlock()
 		if changed {
 			select {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ironlb/ironlb/internal/layer2"
 	"github.com/ironlb/ironlb/internal/ownership"
 )
 
@@ -65,6 +66,10 @@ func TestDeliveryHysteresis(t *testing.T) {
 			{0, checkFailed, deliveryPending}, {200 * time.Millisecond, checkNoAnswer, deliveryPending},
 			{400 * time.Millisecond, checkFailed, deliveryFailing}, {600 * time.Millisecond, checkNoAnswer, deliveryFailing},
 			{time.Second, checkPassed, deliveryPending}, {3 * time.Second, checkNoAnswer, deliveryPending}, {6 * time.Second, checkPassed, deliveryHealthy},
+		},
+		"two findings agreeing fail at once": {
+			{0, checkPassed, deliveryPending}, {5 * time.Second, checkPassed, deliveryHealthy},
+			{6 * time.Second, checkFailedSure, deliveryFailing},
 		},
 		"a failure restarts the passing run": {
 			{0, checkPassed, deliveryPending}, {4 * time.Second, checkFailed, deliveryPending},
@@ -143,7 +148,7 @@ func TestHealthCheckUncheckedUntilAnswered(t *testing.T) {
 	closed := netip.MustParseAddrPort(ln.Addr().String())
 	ln.Close()
 	c := newHealthChecker(int(closed.Port()), time.Millisecond)
-	w := newDeliveryWatch()
+	w := newDeliveryWatch("w1", nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); w.run(ctx, c, closed.Addr()) }()
@@ -167,5 +172,68 @@ func TestHealthCheckUncheckedUntilAnswered(t *testing.T) {
 	c.answered.Store(true) // another node's endpoint answered
 	if d, _, _ := w.get(c); d != deliveryFailing {
 		t.Fatalf("refused here, answered elsewhere: %s, want failing", d)
+	}
+}
+
+func TestCombineChecks(t *testing.T) {
+	for _, tc := range []struct {
+		r     checkResult
+		v     serviceVerdict
+		fails int
+		want  checkResult
+		wantF int
+	}{
+		{checkFailed, serviceDelivered, 0, checkPassed, 0},      // kube-proxy restarting, rules in place: delivers
+		{checkPassed, serviceDelivered, 2, checkPassed, 0},      // a delivered round ends a run of failures
+		{checkFailed, serviceBlackholed, 0, checkFailedSure, 1}, // kube-proxy down and its Services go nowhere: at once
+		{checkPassed, serviceBlackholed, 0, checkNoAnswer, 1},   // one round is not a verdict
+		{checkPassed, serviceBlackholed, 1, checkNoAnswer, 2},   //
+		{checkPassed, serviceBlackholed, 2, checkFailed, 3},     // serviceFailAfter rounds: pod network cut
+		{checkFailed, serviceUnknown, 0, checkFailed, 0},        // the Service is broken everywhere: kube-proxy decides
+		{checkPassed, serviceUnknown, 1, checkPassed, 1},        //
+		{checkNoAnswer, serviceUntried, 0, checkNoAnswer, 0},    //
+		{checkNoAnswer, serviceDelivered, 0, checkPassed, 0},    // a lost health request, a delivered connection
+		{checkNoAnswer, serviceBlackholed, 2, checkFailed, 3},   //
+	} {
+		got, gotF := combineChecks(tc.r, tc.v, tc.fails)
+		if got != tc.want || gotF != tc.wantF {
+			t.Errorf("combineChecks(%v, %v, %d) = %v, %d; want %v, %d", tc.r, tc.v, tc.fails, got, gotF, tc.want, tc.wantF)
+		}
+	}
+}
+
+// fakeSYN answers SYN probes by the MAC they are sent to.
+type fakeSYN struct{ byMAC map[string]layer2.SYNOutcome }
+
+func (f fakeSYN) Probe(_ context.Context, pr layer2.SYNProbe) layer2.SYNProbeResult {
+	return layer2.SYNProbeResult{Outcome: f.byMAC[pr.OwnerMAC.String()]}
+}
+
+func TestServiceRound(t *testing.T) {
+	owner, other := net.HardwareAddr{2, 0, 0, 0, 0, 1}, net.HardwareAddr{2, 0, 0, 0, 0, 2}
+	target := netip.MustParseAddrPort("172.18.255.200:80")
+	check := func(syn fakeSYN, hasTarget, hasControl bool) serviceVerdict {
+		sc := &serviceCheck{syn: syn,
+			target:  func(string) (netip.AddrPort, bool) { return target, hasTarget },
+			control: func(string, string) (net.HardwareAddr, bool) { return other, hasControl }}
+		v, _ := sc.round(context.Background(), "w1", "eth0", owner)
+		return v
+	}
+	answered := layer2.SYNAnswered
+	for name, tc := range map[string]struct {
+		syn                   fakeSYN
+		hasTarget, hasControl bool
+		want                  serviceVerdict
+	}{
+		"answered":            {fakeSYN{map[string]layer2.SYNOutcome{owner.String(): answered}}, true, true, serviceDelivered},
+		"reset by a backend":  {fakeSYN{map[string]layer2.SYNOutcome{owner.String(): layer2.SYNRefused}}, true, true, serviceDelivered},
+		"only the control":    {fakeSYN{map[string]layer2.SYNOutcome{owner.String(): layer2.SYNTimeout, other.String(): answered}}, true, true, serviceBlackholed},
+		"neither":             {fakeSYN{map[string]layer2.SYNOutcome{owner.String(): layer2.SYNTimeout, other.String(): layer2.SYNTimeout}}, true, true, serviceUnknown},
+		"no control":          {fakeSYN{map[string]layer2.SYNOutcome{owner.String(): layer2.SYNTimeout}}, true, false, serviceUnknown},
+		"owns no TCP Service": {fakeSYN{}, false, true, serviceUntried},
+	} {
+		if got := check(tc.syn, tc.hasTarget, tc.hasControl); got != tc.want {
+			t.Errorf("%s: %v, want %v", name, got, tc.want)
+		}
 	}
 }

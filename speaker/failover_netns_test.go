@@ -117,6 +117,7 @@ func TestNetnsNodeHelper(t *testing.T) {
 		Ownership:           ownership.Options{Hold: hold, RequireUp: healthPort > 0},
 		KubeProxyHealthPort: healthPort,
 		HealthyAfter:        time.Second,
+		ProbeServices:       healthPort > 0,
 		Membership:          mo,
 		LeaveGrace:          500 * time.Millisecond, // as the command sets it
 		Recorder:            nopRecorder{},
@@ -138,7 +139,7 @@ func TestNetnsNodeHelper(t *testing.T) {
 	n.ml.SetPeers(strings.Split(os.Getenv("IRONLB_MB_PEERS"), ","))
 	own := n.own
 	vip := netip.MustParseAddr(mbVIP)
-	own.SetService("bench/svc", Input{IPs: []netip.Addr{vip}, Pool: "bench", Eligible: mbNodes, Self: true, AllInterfaces: true},
+	own.SetService("bench/svc", Input{IPs: []netip.Addr{vip}, Pool: "bench", Eligible: mbNodes, Self: true, AllInterfaces: true, TCPPort: mbServicePort},
 		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: "svc"}})
 	// IRONLB_MB_SERVICES more Services (VIPs from 10.201.1.0 up), spread over the nodes
 	// like any new keys: a failover then moves the probed VIP together with the victim's

@@ -85,8 +85,10 @@ type health struct {
 	// (UnixNano).
 	distrustUntil atomic.Int64
 	// checker asks the watched nodes' kube-proxy health endpoints (nil or
-	// port 0: kernel probes only); see delivery.go.
-	checker *healthChecker
+	// port 0: kernel probes only), and services, when set, tries their
+	// Services through them; see delivery.go.
+	checker  *healthChecker
+	services *serviceCheck
 	// answering reports whether this speaker answers for the IPs it owns
 	// (a valid configuration); the members learn it from this member's
 	// memberlist metadata (answersMeta) and hold a member that does not, so
@@ -362,7 +364,7 @@ func (h *health) probeLoop(ctx context.Context, node string) {
 	var dw *deliveryWatch
 	if h.checker.enabled() {
 		if addr, ok := firstAddr(targets, fallback, hasFallback); ok {
-			dw = newDeliveryWatch()
+			dw = newDeliveryWatch(node, h.services)
 			dctx, stop := context.WithCancel(ctx)
 			done := make(chan struct{})
 			go func() {
@@ -412,6 +414,7 @@ func (h *health) probeLoop(ctx context.Context, node string) {
 			p = ownership.PathUnknown
 		}
 		if dw != nil {
+			dw.setPath(iface, mac)
 			d, since, why := dw.get(h.checker)
 			if v := voteOf(p, d); v != p {
 				p, reason = v, why+" ("+d.String()+" since "+since.Format(time.RFC3339)+")"

@@ -14,20 +14,30 @@ import (
 	"github.com/ironlb/ironlb/internal/election"
 )
 
-// mbHealthPort is where TestNetnsKubeProxyHealthHelper serves kube-proxy's
-// health endpoint in each node's namespace.
-const mbHealthPort = 10256
+// In TestNetnsUnhealthyOwner each node's namespace stands in for what
+// kube-proxy gives a node: its health endpoint on mbHealthPort (a process of
+// its own, TestNetnsStandInHelper, so that it can die alone), and the
+// Service's data path: the VIP on the node's loopback with a server on
+// mbServicePort (the kernel accepts the VIP's packets, as kube-proxy's rules
+// make it do; arp_ignore=1 keeps the kernel from answering ARP for it).
+// Removing the VIP from the loopback is kube-proxy's rules flushed.
+const (
+	mbHealthPort  = 10256
+	mbServicePort = 80
+)
 
-// TestNetnsKubeProxyHealthHelper stands in for kube-proxy's health server in
-// a node's namespace (child process of TestNetnsUnhealthyOwner): /healthz
-// answers 200 on the node's address until the process is killed, after
-// which the node's kernel refuses the port, as when kube-proxy stops.
-func TestNetnsKubeProxyHealthHelper(t *testing.T) {
-	addr := os.Getenv("IRONLB_MB_HEALTH_ADDR")
-	if addr == "" {
+// TestNetnsStandInHelper serves, in a node's namespace, kube-proxy's health
+// endpoint on IRONLB_MB_HEALTH_ADDR, or a Service's backend on
+// IRONLB_MB_SERVICE_ADDR (child process of TestNetnsUnhealthyOwner), until
+// it is killed.
+func TestNetnsStandInHelper(t *testing.T) {
+	addr := net.JoinHostPort(os.Getenv("IRONLB_MB_HEALTH_ADDR"), strconv.Itoa(mbHealthPort))
+	if a := os.Getenv("IRONLB_MB_SERVICE_ADDR"); a != "" {
+		addr = net.JoinHostPort(a, strconv.Itoa(mbServicePort))
+	} else if os.Getenv("IRONLB_MB_HEALTH_ADDR") == "" {
 		t.Skip("child process of TestNetnsUnhealthyOwner")
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(addr, strconv.Itoa(mbHealthPort)))
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,40 +46,67 @@ func TestNetnsKubeProxyHealthHelper(t *testing.T) {
 	}))
 }
 
-// mbStartKubeProxyHealth starts node i's stand-in kube-proxy health server
-// and waits until it answers.
-func mbStartKubeProxyHealth(tb testing.TB, i int) *exec.Cmd {
+// mbStartStandIn starts node i's stand-in (env: IRONLB_MB_HEALTH_ADDR or
+// IRONLB_MB_SERVICE_ADDR) and waits until url answers in its namespace.
+func mbStartStandIn(tb testing.TB, i int, env, url string) *exec.Cmd {
 	tb.Helper()
-	cmd := exec.Command("ip", "netns", "exec", mbPrefix+mbNodes[i], os.Args[0], "-test.run=^TestNetnsKubeProxyHealthHelper$")
-	cmd.Env = append(os.Environ(), "IRONLB_MB_HEALTH_ADDR="+mbNodeIP(i))
+	cmd := exec.Command("ip", "netns", "exec", mbPrefix+mbNodes[i], os.Args[0], "-test.run=^TestNetnsStandInHelper$")
+	cmd.Env = append(os.Environ(), env)
 	if err := cmd.Start(); err != nil {
-		tb.Fatalf("start kube-proxy health stand-in on %s: %v", mbNodes[i], err)
+		tb.Fatalf("start stand-in %s on %s: %v", env, mbNodes[i], err)
 	}
 	tb.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	end := time.Now().Add(30 * time.Second)
 	for {
-		out, err := exec.Command("ip", "netns", "exec", mbPrefix+mbNodes[i], "curl", "-sf", "-m", "1",
-			"http://"+net.JoinHostPort(mbNodeIP(i), strconv.Itoa(mbHealthPort))+"/healthz").CombinedOutput()
+		out, err := exec.Command("ip", "netns", "exec", mbPrefix+mbNodes[i], "curl", "-sf", "-m", "1", url).CombinedOutput()
 		if err == nil {
 			return cmd
 		}
 		if time.Now().After(end) {
-			tb.Fatalf("kube-proxy health stand-in on %s does not answer: %v: %s", mbNodes[i], err, out)
+			tb.Fatalf("stand-in %s on %s does not answer %s: %v: %s", env, mbNodes[i], url, err, out)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 }
 
-// TestNetnsUnhealthyOwner: with health checks on, the owner whose
-// kube-proxy stops (its health port refused, kernel and speaker alive)
-// loses the VIP to the hash winner of the others, which a silent client
-// learns from its gratuitous ARP; when kube-proxy is back nothing moves
-// back; and an unhealthy node keeps watching others, so the new owner's
-// death still moves the VIP (to the only node left healthy). Needs root.
+func mbStartKubeProxyHealth(tb testing.TB, i int) *exec.Cmd {
+	return mbStartStandIn(tb, i, "IRONLB_MB_HEALTH_ADDR="+mbNodeIP(i),
+		"http://"+net.JoinHostPort(mbNodeIP(i), strconv.Itoa(mbHealthPort))+"/healthz")
+}
+
+// mbServiceRules gives node i the Service's data path (up) or takes it away.
+func mbServiceRules(tb testing.TB, i int, up bool) {
+	tb.Helper()
+	op := "del"
+	if up {
+		op = "add"
+	}
+	mbRun(tb, "ip", "-n", mbPrefix+mbNodes[i], "addr", op, mbVIP+"/32", "dev", "lo")
+}
+
+// TestNetnsUnhealthyOwner runs the speakers with health checks on (node
+// helpers with IRONLB_MB_HEALTH_PORT: kube-proxy's endpoint asked, the
+// Service tried through the owner, healthy after 1 s) and checks what a
+// client sees:
+//  1. the owner's kube-proxy dies with its rules in place (a restart):
+//     its Service is still delivered through it, nothing moves;
+//  2. its rules go too: the VIP moves to the hash winner of the others,
+//     which a silent client learns from the gratuitous ARP;
+//  3. both come back: nothing moves back;
+//  4. the new owner's Service traffic goes nowhere while its kube-proxy
+//     answers healthy (a pod network cut): the VIP moves once the
+//     watchers' tries through it fail and through another node succeed.
+//
+// Needs root.
 func TestNetnsUnhealthyOwner(t *testing.T) {
 	c := newMBCluster(t)
 	kp := make([]*exec.Cmd, len(mbNodes))
-	for i := range mbNodes {
+	for i, n := range mbNodes {
+		for _, k := range []string{"all", "eth0", "lo"} {
+			mbRun(t, "ip", "netns", "exec", mbPrefix+n, "sysctl", "-qw", "net.ipv4.conf."+k+".arp_ignore=1")
+		}
+		mbServiceRules(t, i, true)
+		mbStartStandIn(t, i, "IRONLB_MB_SERVICE_ADDR="+mbVIP, "http://"+mbVIP+"/")
 		kp[i] = mbStartKubeProxyHealth(t, i)
 	}
 	c.startNodes(t, "IRONLB_MB_HEALTH_PORT="+strconv.Itoa(mbHealthPort))
@@ -82,27 +119,31 @@ func TestNetnsUnhealthyOwner(t *testing.T) {
 	owner, oi := c.owner, c.ownerIdx
 	next := election.Rank(mbVIP, without(mbNodes, owner))[0]
 
-	c.pointAt(t, owner)
-	start := time.Now()
 	_ = kp[oi].Process.Kill()
 	_ = kp[oi].Wait()
-	c.neighIs(t, "kube-proxy of "+owner+" stopped", c.macs[next])
+	c.nothingMoves(t, "kube-proxy of "+owner+" stopped, its rules in place", owner, time.Now(), 3*time.Second)
+
+	c.pointAt(t, owner)
+	start := time.Now()
+	mbServiceRules(t, oi, false)
+	c.neighIs(t, "kube-proxy of "+owner+" stopped and its rules flushed", c.macs[next])
 	if at, ok := c.ac.firstFrom(c.macs[next], start); ok {
-		t.Logf("kube-proxy of %s stopped: %s answered %v later", owner, next, at.Sub(start).Round(time.Millisecond))
+		t.Logf("rules of %s flushed, its kube-proxy stopped: %s answered %v later", owner, next, at.Sub(start).Round(time.Millisecond))
 	}
 
+	mbServiceRules(t, oi, true)
 	kp[oi] = mbStartKubeProxyHealth(t, oi)
 	c.nothingMoves(t, "kube-proxy of "+owner+" back", next, time.Now(), 3*time.Second)
 
-	// The new owner dies hard; owner (healthy again, after 1 s) or the
-	// third node takes it: either way not the dead one, and it answers.
 	ni := slices.Index(mbNodes, next)
-	_ = c.procs[ni].Process.Kill()
-	_ = c.procs[ni].Wait()
-	c.procs[ni] = nil
-	mbRun(t, "ip", "-n", mbPrefix+next, "link", "set", "eth0", "down")
 	final := election.Rank(mbVIP, without(mbNodes, next))[0]
-	c.neighIs(t, "after "+next+" died", c.macs[final])
+	c.pointAt(t, next)
+	start = time.Now()
+	mbServiceRules(t, ni, false)
+	c.neighIs(t, "the Service's traffic through "+next+" goes nowhere, its kube-proxy healthy", c.macs[final])
+	if at, ok := c.ac.firstFrom(c.macs[final], start); ok {
+		t.Logf("data path of %s's Service cut behind a healthy kube-proxy: %s answered %v later", next, final, at.Sub(start).Round(time.Millisecond))
+	}
 }
 
 // verdictRE picks a watcher's verdict on a node out of its log.

@@ -35,6 +35,7 @@ type node struct {
 	// Start (nil without memberlist).
 	gossip *gossip
 	prober *layer2.Prober
+	syn    *layer2.SYNProber // nil unless Services are tried (ProbeServices)
 	health *health
 	ml     *membership.List
 	// linksChanged is kicked by the announcer after a rescan that changed
@@ -71,10 +72,11 @@ type nodeOptions struct {
 	KeyFile string
 	// LeaveGrace: see Options.LeaveGrace.
 	LeaveGrace time.Duration
-	// KubeProxyHealthPort and HealthyAfter: see Options (0: no checks).
-	// Ownership.RequireUp should be set with a port.
+	// KubeProxyHealthPort, HealthyAfter and ProbeServices: see Options (a
+	// zero port: no checks). Ownership.RequireUp should be set with a port.
 	KubeProxyHealthPort int
 	HealthyAfter        time.Duration
+	ProbeServices       bool
 
 	// Registerer receives the speaker's metrics (nil: none registered).
 	Registerer prometheus.Registerer
@@ -134,6 +136,9 @@ func newNode(log logr.Logger, opts nodeOptions) (*node, error) {
 		n.gossip = newGossip(log.WithName("gossip"), n.own, n.metrics)
 		opts.Membership.State = n.gossip
 		n.prober = layer2.NewProber(log.WithName("prober"), layer2.ProberOptions{ExcludeInterfaces: opts.Layer2.ExcludeInterfaces})
+		if opts.KubeProxyHealthPort > 0 && opts.ProbeServices {
+			n.syn = layer2.NewSYNProber(log.WithName("synprober"), layer2.SYNProberOptions{})
+		}
 	}
 	n.opts = opts
 	return n, nil
@@ -177,6 +182,9 @@ func (n *node) Start(ctx context.Context) error {
 		linksChanged: n.linksChanged,
 		announcing:   n.ann.Interfaces,
 		answering:    n.opts.Answering}
+	if n.syn != nil {
+		n.health.services = &serviceCheck{syn: n.syn, target: n.own.ProbeTarget, control: n.own.ControlMAC}
+	}
 	n.healthDone = make(chan struct{})
 	go func() {
 		defer close(n.healthDone)
@@ -216,6 +224,9 @@ func (n *node) Stop() {
 		}
 		if n.prober != nil {
 			_ = n.prober.Close()
+		}
+		if n.syn != nil {
+			_ = n.syn.Close()
 		}
 	})
 }

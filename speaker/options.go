@@ -80,6 +80,11 @@ type Options struct {
 	KubeProxyHealthPort int
 	// HealthyAfter: see DefaultHealthyAfter (zero takes it).
 	HealthyAfter time.Duration
+	// ProbeServices: with health checks on, the watchers also try a
+	// connection to one of each owner's Services through it every second
+	// (delivery.go): a kube-proxy restarting with its rules in place then
+	// moves nothing, and a node whose pod network is cut loses its IPs.
+	ProbeServices bool
 
 	// Layer2 configures the announcer (GARP count and spacing, refresh,
 	// excluded interfaces, test seams). Registerer and NodeName are set here.
@@ -146,6 +151,7 @@ func (o *Options) nodeOptions() nodeOptions {
 			RequireUp: o.KubeProxyHealthPort > 0},
 		KubeProxyHealthPort: o.KubeProxyHealthPort,
 		HealthyAfter:        o.HealthyAfter,
+		ProbeServices:       o.ProbeServices,
 		DisableMemberlist:   o.DisableMemberlist,
 		Membership:          mo,
 		KeyFile:             keyFile,

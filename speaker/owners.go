@@ -514,12 +514,13 @@ func (o *owners) SetSpeaker(node string, s ownership.Speaker, now time.Time) {
 
 // Vote records a watcher's finding on a node's data path (evidence.go in
 // internal/ownership: it counts only from the node's watchers). For this
-// node's own findings, iface and mac are what the node answered with when
-// PathUp: what a deputy answers with.
+// node's own findings, iface and mac are what the node's kernel answered
+// with, whatever the vote (its kube-proxy may not have proven healthy yet):
+// what a deputy answers with, and where a connection through it is tried.
 func (o *owners) Vote(v ownership.Vote, iface string, mac net.HardwareAddr) ownership.VoteResult {
 	var res ownership.VoteResult
 	o.do(func(sc *scope) []ownership.Change {
-		if v.Path == ownership.PathUp && iface != "" && len(mac) == 6 && o.macs[v.Node][iface].String() != mac.String() {
+		if iface != "" && len(mac) == 6 && o.macs[v.Node][iface].String() != mac.String() {
 			// A new map, not an update in place: the proxy entries applied
 			// keep the old one, to see that the MACs changed.
 			m := maps.Clone(o.macs[v.Node])
@@ -535,6 +536,42 @@ func (o *owners) Vote(v ownership.Vote, iface string, mac net.HardwareAddr) owne
 		return changes
 	})
 	return res
+}
+
+// ProbeTarget returns an IP and TCP port of a Service that node owns, to try
+// a connection through node (delivery.go): the first that the map order
+// yields, which Go randomizes, so successive calls sample node's Services.
+func (o *owners) ProbeTarget(node string) (netip.AddrPort, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out netip.AddrPort
+	o.eng.AnyOwned(node, func(key string) bool {
+		for svc := range o.byKey[key] {
+			if e := o.services[svc]; e != nil && e.in.Reason == "" && e.in.TCPPort != 0 && len(e.in.IPs) > 0 {
+				out = netip.AddrPortFrom(netip.MustParseAddr(key), e.in.TCPPort)
+				return true
+			}
+		}
+		return false
+	})
+	return out, out.IsValid()
+}
+
+// ControlMAC returns the MAC, on this node's interface iface, of a node other
+// than node and this one whose data path is up: a connection to a Service
+// through it tells a broken Service from a node that does not deliver it.
+func (o *owners) ControlMAC(node, iface string) (net.HardwareAddr, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for n, m := range o.macs {
+		if n == node || n == o.self {
+			continue
+		}
+		if _, p := o.eng.Speaker(n); p == ownership.PathUp && len(m[iface]) == 6 {
+			return m[iface], true
+		}
+	}
+	return nil, false
 }
 
 // SetTrusted says whether this speaker trusts its own view (health: carrier,

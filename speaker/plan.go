@@ -72,6 +72,10 @@ type Input struct {
 	Interfaces    []string
 	// Reason nobody announces the Service; "" when some node may.
 	Reason string
+	// TCPPort is the Service's first TCP port (service.TCPPort; 0: none):
+	// the owner's watchers try a connection to it through the owner
+	// (delivery.go).
+	TCPPort uint16
 }
 
 // Key is the ownership key of the Service: its smallest IP (IPv4 before
@@ -140,7 +144,7 @@ func electionInput(s Snapshot, svc *corev1.Service, eps []*discoveryv1.EndpointS
 	if pool == "" {
 		return Input{IPs: ips, Reason: ReasonIPNotAllowed}, election.Input{}
 	}
-	return Input{IPs: ips, Pool: pool}, election.Input{
+	return Input{IPs: ips, Pool: pool, TCPPort: service.TCPPort(svc)}, election.Input{
 		Service:         svc,
 		Pool:            pool,
 		Advertisements:  s.Config.L2Advertisements,

@@ -760,6 +760,16 @@ func (e *Engine) Owned(node string) []string {
 	return out
 }
 
+// AnyOwned calls fn with active keys node claims, in map order, until fn
+// returns true.
+func (e *Engine) AnyOwned(node string, fn func(key string) bool) {
+	for k := range e.owned[node] {
+		if fn(k) {
+			return
+		}
+	}
+}
+
 // Load is the number of active keys node claims.
 func (e *Engine) Load(node string) int { return len(e.owned[node]) }
 

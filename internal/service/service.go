@@ -41,6 +41,17 @@ const FieldLoadBalancerIP = "spec.loadBalancerIP"
 // Key is the Service's namespace/name, as logs, events and the allocator name it.
 func Key(svc *corev1.Service) string { return svc.Namespace + "/" + svc.Name }
 
+// TCPPort is the Service's first TCP port, where a client's connection to
+// its load-balancer IP can be tried (0 when it has none: UDP or SCTP only).
+func TCPPort(svc *corev1.Service) uint16 {
+	for _, p := range svc.Spec.Ports {
+		if (p.Protocol == corev1.ProtocolTCP || p.Protocol == "") && p.Port > 0 && p.Port < 1<<16 {
+			return uint16(p.Port)
+		}
+	}
+	return 0
+}
+
 // ClassMatches applies MetalLB's loadBalancerClass filter: with class ""
 // only Services without spec.loadBalancerClass match (a class set to ""
 // is a class, not its absence), otherwise only Services of exactly that

@@ -243,3 +243,22 @@ func TestParseIPList(t *testing.T) {
 		}
 	}
 }
+
+func TestTCPPort(t *testing.T) {
+	svc := func(ports ...corev1.ServicePort) *corev1.Service {
+		return &corev1.Service{Spec: corev1.ServiceSpec{Ports: ports}}
+	}
+	for _, tc := range []struct {
+		svc  *corev1.Service
+		want uint16
+	}{
+		{svc(), 0},
+		{svc(corev1.ServicePort{Protocol: corev1.ProtocolUDP, Port: 53}), 0},
+		{svc(corev1.ServicePort{Protocol: corev1.ProtocolUDP, Port: 53}, corev1.ServicePort{Protocol: corev1.ProtocolTCP, Port: 8080}), 8080},
+		{svc(corev1.ServicePort{Port: 80}), 80}, // the API server defaults an empty protocol to TCP
+	} {
+		if got := TCPPort(tc.svc); got != tc.want {
+			t.Errorf("TCPPort(%v) = %d, want %d", tc.svc.Spec.Ports, got, tc.want)
+		}
+	}
+}
