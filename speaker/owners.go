@@ -216,7 +216,18 @@ func (o *owners) updateKeyLocked(sc *scope, key string) []ownership.Change {
 	if o.ownerHeldLocked(key) {
 		o.proxyDirty = true
 	}
-	return o.eng.SetKey(key, elig)
+	wasActive := o.eng.Eligible(key) != nil
+	changes := o.eng.SetKey(key, elig)
+	if c, kept := o.eng.Claim(key); !wasActive && kept && len(changes) == 0 && o.started && o.broadcast != nil {
+		// A key that became active again with a claim this replica kept (a
+		// Service re-created within inactiveTTL keeps its owner): a peer
+		// that forgot the claim (restarted meanwhile) placed the key afresh
+		// at a lower epoch, which this replica ignores, and without this
+		// gossip it would learn the kept claim only at the next push/pull,
+		// two nodes answering meanwhile (6 s in the lab).
+		o.broadcast([]ownership.Claim{c})
+	}
+	return changes
 }
 
 func (o *owners) ownerHeldLocked(key string) bool {
@@ -536,6 +547,14 @@ func (o *owners) Vote(v ownership.Vote, iface string, mac net.HardwareAddr) owne
 		return changes
 	})
 	return res
+}
+
+// Member reports whether node's speaker is a live member in this node's view.
+func (o *owners) Member(node string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	sp, _ := o.eng.Speaker(node)
+	return sp != ownership.SpeakerGone
 }
 
 // ProbeTarget returns an IP and TCP port of a Service that node owns, to try

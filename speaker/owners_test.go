@@ -668,3 +668,23 @@ func TestStatusWaitsForOwnershipSync(t *testing.T) {
 		t.Fatalf("after resuming its IP: records %s, want w1's l2-w1 kept", describeStatuses(items))
 	}
 }
+
+// TestRecreatedServiceGossipsKeptClaim: a Service re-created within the
+// kept-claim window keeps its owner on a replica that kept the claim, and
+// that replica gossips the claim at once, so that a peer which forgot it
+// (restarted meanwhile) and placed the key afresh at a lower epoch converges
+// without waiting for a push/pull.
+func TestRecreatedServiceGossipsKeptClaim(t *testing.T) {
+	const ip = "172.18.255.231"
+	o, _ := testOwners(t, "a", logr.Discard(), "a", "b")
+	var sent []ownership.Claim
+	o.broadcast = func(c []ownership.Claim) { sent = append(sent, c...) }
+	o.SetService("ns1/web", input(ip, "a", "b"), lbService(ip))
+	o.Merge([]ownership.Claim{{Key: ip, Owner: "b", Epoch: 7}}) // b took it over once
+	o.SetService("ns1/web", Input{Reason: ReasonServiceDeleted}, nil)
+	sent = nil
+	o.SetService("ns1/web", input(ip, "a", "b"), lbService(ip))
+	if len(sent) != 1 || sent[0] != (ownership.Claim{Key: ip, Owner: "b", Epoch: 7}) {
+		t.Fatalf("re-created Service: gossiped %v, want the kept claim (b, epoch 7)", sent)
+	}
+}

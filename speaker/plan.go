@@ -165,15 +165,20 @@ type StatusPlan struct {
 
 // PlanStatus decides, for the ServiceL2Status objects existing for one Service,
 // which one the owner keeps and which are deleted. The owner keeps one object
-// with its node label and deletes all others: duplicates and other nodes'
-// leftovers (a hard-killed previous owner cannot delete its own). It keeps
-// confirmed, the object it created last and the API server just returned, if
-// it is among them, else the oldest (so the name is stable): the others may
-// come from a cache that has not yet seen their deletion, and keeping a
-// deleted object while deleting the confirmed one re-creates a record on
-// every reconcile. A non-owner deletes only objects labelled with its own
-// node, never another node's.
-func PlanStatus(existing []*v1beta1.ServiceL2Status, self string, announce bool, confirmed string) StatusPlan {
+// with its node label and deletes its duplicates and the leftovers of nodes
+// whose speaker is not a live member (cleans reports whether it is, so that
+// it deletes its own): a hard-killed previous owner cannot delete its own,
+// while a live one deletes its own as soon as it stops announcing, and
+// deleting it earlier, while its view still lags by a gossip round, only
+// made it write the record again (a ServiceL2Status flapping between the two
+// nodes for as long as the views differ). It keeps confirmed, the object it
+// created last and the API server just returned, if it is among them, else
+// the oldest (so the name is stable): the others may come from a cache that
+// has not yet seen their deletion, and keeping a deleted object while
+// deleting the confirmed one re-creates a record on every reconcile. A
+// non-owner deletes only objects labelled with its own node, never another
+// node's.
+func PlanStatus(existing []*v1beta1.ServiceL2Status, self string, announce bool, confirmed string, cleans func(node string) bool) StatusPlan {
 	sorted := slices.Clone(existing)
 	slices.SortFunc(sorted, func(a, b *v1beta1.ServiceL2Status) int {
 		if ca, cb := a.Name == confirmed, b.Name == confirmed; ca != cb {
@@ -195,11 +200,12 @@ func PlanStatus(existing []*v1beta1.ServiceL2Status, self string, announce bool,
 	})
 	var p StatusPlan
 	for _, st := range sorted {
-		mine := st.Labels[v1beta1.ServiceL2StatusNodeLabel] == self
+		node := st.Labels[v1beta1.ServiceL2StatusNodeLabel]
+		mine := node == self
 		switch {
 		case announce && mine && p.Keep == nil && (st.Status.Node == self || st.Status.Node == ""):
 			p.Keep = st
-		case announce, mine:
+		case mine, announce && (cleans == nil || !cleans(node)):
 			p.Delete = append(p.Delete, st)
 		}
 	}

@@ -186,32 +186,44 @@ func TestPlanStatus(t *testing.T) {
 	}
 	mineOld, mineNew, other := st("l2-old", "w1", time.Hour), st("l2-new", "w1", time.Minute), st("l2-other", "w2", time.Hour)
 
-	p := PlanStatus([]*v1beta1.ServiceL2Status{mineNew, other, mineOld}, "w1", true, "")
+	p := PlanStatus([]*v1beta1.ServiceL2Status{mineNew, other, mineOld}, "w1", true, "", nil)
 	if p.Keep != mineOld || !reflect.DeepEqual(names(p.Delete), []string{"l2-other", "l2-new"}) {
 		t.Errorf("owner: keep %v delete %v; want keep l2-old, delete the other node's and the duplicate", p.Keep, names(p.Delete))
 	}
-	p = PlanStatus([]*v1beta1.ServiceL2Status{mineNew, other}, "w1", false, "")
+	p = PlanStatus([]*v1beta1.ServiceL2Status{mineNew, other}, "w1", false, "", nil)
 	if p.Keep != nil || !reflect.DeepEqual(names(p.Delete), []string{"l2-new"}) {
 		t.Errorf("non-owner: keep %v delete %v; want only its own deleted", p.Keep, names(p.Delete))
 	}
-	p = PlanStatus([]*v1beta1.ServiceL2Status{other}, "w1", true, "")
+	p = PlanStatus([]*v1beta1.ServiceL2Status{other}, "w1", true, "", nil)
 	if p.Keep != nil || !reflect.DeepEqual(names(p.Delete), []string{"l2-other"}) {
 		t.Errorf("new owner: keep %v delete %v; want create (no keep) and delete the old owner's", p.Keep, names(p.Delete))
 	}
 	fresh := st("l2-fresh", "w1", 0)
 	fresh.Status.Node = "" // created, status not written yet
-	if p := PlanStatus([]*v1beta1.ServiceL2Status{fresh}, "w1", true, ""); p.Keep != fresh {
+	if p := PlanStatus([]*v1beta1.ServiceL2Status{fresh}, "w1", true, "", nil); p.Keep != fresh {
 		t.Errorf("an own object without status yet must be kept, got %+v", p)
 	}
 	// The object this speaker created last beats older ones, which may be
 	// deleted objects a lagging cache still shows: keeping one of those and
 	// deleting the new one re-creates a record on every reconcile.
-	p = PlanStatus([]*v1beta1.ServiceL2Status{mineOld, fresh, mineNew}, "w1", true, "l2-fresh")
+	p = PlanStatus([]*v1beta1.ServiceL2Status{mineOld, fresh, mineNew}, "w1", true, "l2-fresh", nil)
 	if p.Keep != fresh || !reflect.DeepEqual(names(p.Delete), []string{"l2-old", "l2-new"}) {
 		t.Errorf("confirmed: keep %v delete %v; want keep l2-fresh, delete the older ones", p.Keep, names(p.Delete))
 	}
+	// The new owner leaves a live member's record to it: that node deletes
+	// its own once it stops announcing (deleting it first made the lagging
+	// node write it again); a gone member's is deleted.
+	live := func(n string) bool { return n == "w2" }
+	p = PlanStatus([]*v1beta1.ServiceL2Status{other}, "w1", true, "", live)
+	if p.Keep != nil || len(p.Delete) != 0 {
+		t.Errorf("new owner, old owner live: keep %v delete %v; want create, delete nothing", p.Keep, names(p.Delete))
+	}
+	p = PlanStatus([]*v1beta1.ServiceL2Status{other, mineNew}, "w1", true, "", func(string) bool { return false })
+	if p.Keep != mineNew || !reflect.DeepEqual(names(p.Delete), []string{"l2-other"}) {
+		t.Errorf("new owner, old owner gone: keep %v delete %v; want the old owner's deleted", p.Keep, names(p.Delete))
+	}
 	// A non-owner deletes its own objects, the confirmed one too.
-	p = PlanStatus([]*v1beta1.ServiceL2Status{fresh, other}, "w1", false, "l2-fresh")
+	p = PlanStatus([]*v1beta1.ServiceL2Status{fresh, other}, "w1", false, "l2-fresh", nil)
 	if p.Keep != nil || !reflect.DeepEqual(names(p.Delete), []string{"l2-fresh"}) {
 		t.Errorf("non-owner with a confirmed object: keep %v delete %v; want it deleted", p.Keep, names(p.Delete))
 	}
