@@ -207,7 +207,7 @@ func (c *healthChecker) check(ctx context.Context, addr netip.Addr) (checkResult
 	case err != nil:
 		return checkNoAnswer, err.Error()
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	c.answered.Store(true)
 	if resp.StatusCode != http.StatusOK {
 		return checkFailed, fmt.Sprintf("kube-proxy health on %s: %s", addr, resp.Status)

@@ -117,7 +117,7 @@ func TestHealthCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	closed := netip.MustParseAddrPort(ln.Addr().String())
-	ln.Close()
+	_ = ln.Close()
 	if r, why := newHealthChecker(int(closed.Port()), 0).check(ctx, closed.Addr()); r != checkFailed {
 		t.Errorf("refused port %s: %v (%s)", closed, r, why)
 	}
@@ -127,7 +127,7 @@ func TestHealthCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer hang.Close()
+	defer func() { _ = hang.Close() }()
 	port := int(netip.MustParseAddrPort(hang.Addr().String()).Port())
 	tctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
@@ -146,7 +146,7 @@ func TestHealthCheckUncheckedUntilAnswered(t *testing.T) {
 		t.Fatal(err)
 	}
 	closed := netip.MustParseAddrPort(ln.Addr().String())
-	ln.Close()
+	_ = ln.Close()
 	c := newHealthChecker(int(closed.Port()), time.Millisecond)
 	w := newDeliveryWatch("w1", nil)
 	ctx, cancel := context.WithCancel(context.Background())

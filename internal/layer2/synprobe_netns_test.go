@@ -9,6 +9,7 @@ package layer2
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"net"
 	"net/netip"
 	"strings"
@@ -86,7 +87,7 @@ func expectNoAccept(t testing.TB, ln *net.TCPListener, d time.Duration) {
 			_ = c.Close()
 			continue
 		}
-		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
 			return
 		}
 		t.Fatalf("accept: %v", err)
