@@ -251,11 +251,11 @@ $(LOCALBIN):
 	mkdir -p $(LOCALBIN)
 
 # The Kubernetes binaries are built from k8s.io/kubernetes at KUBE_VERSION (hack/tools/go.mod);
-# a stamp file records the version so a bump rebuilds them. Cold build: ~10-15 min on 2 cores.
+# a stamp file records the version so a bump rebuilds them. Cold build: ~8 min on 2 cores (docs/benchmarks.md).
 KUBE_STAMP := $(LOCALBIN)/.kube-$(KUBE_VERSION)
 $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)): $(KUBE_STAMP)
 $(KUBE_STAMP): hack/tools/go.mod hack/tools/go.sum | $(LOCALBIN)
-	@echo ">> building Kubernetes $(KUBE_VERSION) binaries into $(LOCALBIN) (cold: ~10-15 min on 2 cores)"
+	@echo ">> building Kubernetes $(KUBE_VERSION) binaries into $(LOCALBIN) (cold: ~8 min on 2 cores)"
 	cd hack/tools && go build -ldflags "-s -w \
 		-X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
 		-X k8s.io/component-base/version.gitMajor=1 \

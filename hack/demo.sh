@@ -24,7 +24,7 @@ SERVICES=(svc1 svc2 svc3)
 # already built.
 : >/tmp/ironlb-demo-build.log
 ARCH=$(go env GOARCH)
-build "Kubernetes (etcd, kube-apiserver, controller-manager, scheduler, kube-proxy, kubectl; cold: ~8-12 min, the longest part)" \
+build "Kubernetes (etcd, kube-apiserver, controller-manager, scheduler, kube-proxy, kubectl; cold: ~8 min, the longest part)" \
 	"$ROOT/bin/etcd" "$ROOT/bin/kube-apiserver" "$ROOT/bin/kube-controller-manager" "$ROOT/bin/kube-scheduler" "$ROOT/bin/kube-proxy" "$ROOT/bin/kubectl"
 build "helm" "$ROOT/bin/helm"
 build "ironlb's image (linux/$ARCH) and its builder" image PLATFORMS="linux/$ARCH"
