@@ -98,6 +98,8 @@ func (fe *faultEnv) apply(ctx context.Context, f nemesis.Fault) (heal func(conte
 		return fe.packetLoss(ctx, node)
 	case nemesis.KeyRotation:
 		return fe.rotateKey(ctx)
+	case nemesis.KubeProxyDown:
+		return fe.kubeProxyDown(ctx, node)
 	}
 	return nil, fmt.Errorf("fault kind %q: not implemented in the lab", f.Kind)
 }
@@ -191,6 +193,13 @@ func (fe *faultEnv) speakerKill(ctx context.Context, node string) (func(context.
 		return nil, fmt.Errorf("no speaker pod on %s", node)
 	}
 	return func(context.Context) error { return nil }, fe.h.SignalContainer(ctx, pod, "speaker", syscall.SIGKILL)
+}
+
+// kubeProxyDown kills node's kube-proxy, its rules left in place; the heal
+// starts it again.
+func (fe *faultEnv) kubeProxyDown(ctx context.Context, node string) (func(context.Context) error, error) {
+	heal := func(ctx context.Context) error { return fe.h.StartDaemon(ctx, kubeProxyProc(node)) }
+	return heal, fe.h.StopDaemon(ctx, kubeProxyProc(node), syscall.SIGKILL)
 }
 
 // nodeKill kills node hard (every process, link down); the heal restores it.

@@ -49,12 +49,18 @@ const (
 	// KeyRotation replaces the memberlist key in its Secret (instant; the
 	// speakers' rotation runs its phases for minutes after it).
 	KeyRotation Kind = "key-rotation"
+	// KubeProxyDown kills the node's kube-proxy, its rules left in place (a
+	// kube-proxy rolling update, a crash), and starts it again at the end:
+	// its health endpoint refuses, its Services are still delivered.
+	KubeProxyDown Kind = "kube-proxy-down"
 )
 
 // AllKinds is every kind the scheduler knows, in a fixed order (the seed's
 // meaning depends on it).
+// (KubeProxyDown, added last, changed every seed's schedule: runs before
+// 2026-11-29 12:00 UTC replay only at their own commits.)
 var AllKinds = []Kind{CablePull, MemberlistCut, MemberlistDeaf, MemberlistMute, Partition22, Partition13,
-	SpeakerStop, SpeakerKill, NodeKill, APIServerDown, PacketLoss, KeyRotation}
+	SpeakerStop, SpeakerKill, NodeKill, APIServerDown, PacketLoss, KeyRotation, KubeProxyDown}
 
 // durations bounds each kind's length (issue 25's list where it gives one).
 // A length of 0 is an instant fault (kill -9): its window is the time the
@@ -72,6 +78,7 @@ var durations = map[Kind][2]time.Duration{
 	APIServerDown:  {10 * time.Second, 60 * time.Second},
 	PacketLoss:     {5 * time.Second, 30 * time.Second},
 	KeyRotation:    {0, 0},
+	KubeProxyDown:  {time.Second, 20 * time.Second},
 }
 
 // ParseKinds reads a comma-separated list of kinds ("" or "all": AllKinds).
@@ -280,7 +287,8 @@ func effects(k Kind, victims, nodes []string) (down, impaired []string) {
 		return nil, slices.Clone(nodes)
 	}
 	// SpeakerKill (restarted at once), APIServerDown, PacketLoss (30 % loss
-	// still carries traffic), KeyRotation: nobody's data path is down.
+	// still carries traffic), KeyRotation, KubeProxyDown (its rules still
+	// forward): nobody's data path is down.
 	return nil, nil
 }
 
