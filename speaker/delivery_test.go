@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
@@ -183,17 +184,16 @@ func TestCombineChecks(t *testing.T) {
 		want  checkResult
 		wantF int
 	}{
-		{checkFailed, serviceDelivered, 0, checkPassed, 0},      // kube-proxy restarting, rules in place: delivers
-		{checkPassed, serviceDelivered, 2, checkPassed, 0},      // a delivered round ends a run of failures
-		{checkFailed, serviceBlackholed, 0, checkFailedSure, 1}, // kube-proxy down and its Services go nowhere: at once
-		{checkPassed, serviceBlackholed, 0, checkNoAnswer, 1},   // one round is not a verdict
-		{checkPassed, serviceBlackholed, 1, checkNoAnswer, 2},   //
-		{checkPassed, serviceBlackholed, 2, checkFailed, 3},     // serviceFailAfter rounds: pod network cut
-		{checkFailed, serviceUnknown, 0, checkFailed, 0},        // the Service is broken everywhere: kube-proxy decides
-		{checkPassed, serviceUnknown, 1, checkPassed, 1},        //
-		{checkNoAnswer, serviceUntried, 0, checkNoAnswer, 0},    //
-		{checkNoAnswer, serviceDelivered, 0, checkPassed, 0},    // a lost health request, a delivered connection
-		{checkNoAnswer, serviceBlackholed, 2, checkFailed, 3},   //
+		{checkFailed, serviceDelivered, 0, checkPassed, 0},                                    // kube-proxy restarting, rules in place: delivers
+		{checkPassed, serviceDelivered, 2, checkPassed, 0},                                    // a delivered round ends a run of failures
+		{checkFailed, serviceBlackholed, 0, checkFailedSure, 1},                               // kube-proxy down and its Services go nowhere: at once
+		{checkPassed, serviceBlackholed, 0, checkNoAnswer, 1},                                 // one round is not a verdict
+		{checkPassed, serviceBlackholed, serviceFailAfter - 1, checkFailed, serviceFailAfter}, // serviceFailAfter rounds: pod network cut
+		{checkFailed, serviceUnknown, 0, checkFailed, 0},                                      // the Service is broken everywhere: kube-proxy decides
+		{checkPassed, serviceUnknown, 1, checkPassed, 1},                                      //
+		{checkNoAnswer, serviceUntried, 0, checkNoAnswer, 0},                                  //
+		{checkNoAnswer, serviceDelivered, 0, checkPassed, 0},                                  // a lost health request, a delivered connection
+		{checkNoAnswer, serviceBlackholed, serviceFailAfter - 1, checkFailed, serviceFailAfter},
 	} {
 		got, gotF := combineChecks(tc.r, tc.v, tc.fails)
 		if got != tc.want || gotF != tc.wantF {
@@ -235,5 +235,37 @@ func TestServiceRound(t *testing.T) {
 		if got := check(tc.syn, tc.hasTarget, tc.hasControl); got != tc.want {
 			t.Errorf("%s: %v, want %v", name, got, tc.want)
 		}
+	}
+}
+
+// flakySYN loses the first SYN sent to each MAC and answers the others.
+type flakySYN struct {
+	mu   sync.Mutex
+	sent map[string]int
+}
+
+func (f *flakySYN) Probe(_ context.Context, pr layer2.SYNProbe) layer2.SYNProbeResult {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sent[pr.OwnerMAC.String()]++
+	if f.sent[pr.OwnerMAC.String()] == 1 {
+		return layer2.SYNProbeResult{Outcome: layer2.SYNTimeout}
+	}
+	return layer2.SYNProbeResult{Outcome: layer2.SYNAnswered}
+}
+
+// TestServiceTryConfirms: an unanswered SYN is not a verdict: confirmTries
+// more go out at once, and one answer makes the owner deliver.
+func TestServiceTryConfirms(t *testing.T) {
+	owner := net.HardwareAddr{2, 0, 0, 0, 0, 1}
+	syn := &flakySYN{sent: map[string]int{}}
+	sc := &serviceCheck{syn: syn,
+		target:  func(string) (netip.AddrPort, bool) { return netip.MustParseAddrPort("172.18.255.200:80"), true },
+		control: func(string, string) (net.HardwareAddr, bool) { return nil, false }}
+	if v, why := sc.round(context.Background(), "w1", "eth0", owner); v != serviceDelivered {
+		t.Fatalf("first SYN lost, the confirmations answered: %v (%s), want delivered", v, why)
+	}
+	if n := syn.sent[owner.String()]; n != 1+confirmTries {
+		t.Errorf("%d SYNs sent, want 1 + %d confirmations", n, confirmTries)
 	}
 }
