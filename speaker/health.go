@@ -417,7 +417,11 @@ func (h *health) probeLoop(ctx context.Context, node string) {
 			dw.setPath(iface, mac)
 			d, since, why := dw.get(h.checker)
 			if v := voteOf(p, d); v != p {
-				p, reason = v, why+" ("+d.String()+" since "+since.Format(time.RFC3339)+")"
+				state := d.String()
+				if !since.IsZero() {
+					state += " since " + since.Format(time.RFC3339)
+				}
+				p, reason = v, why+" ("+state+")"
 			}
 		}
 		if !h.trusted.Load() {
