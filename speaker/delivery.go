@@ -231,7 +231,7 @@ func (c *healthChecker) check(ctx context.Context, addr netip.Addr) (checkResult
 const (
 	// serviceEvery: a Service is tried through each watched owner this
 	// often, and at once when its kube-proxy fails or a try failed.
-	serviceEvery = 500 * time.Millisecond
+	serviceEvery = 300 * time.Millisecond
 	// synTimeout: how long a SYN waits for its answer (a LAN answers in
 	// well under a millisecond, a starved node in tens).
 	synTimeout = 150 * time.Millisecond
