@@ -230,8 +230,9 @@ func (c *healthChecker) check(ctx context.Context, addr netip.Addr) (checkResult
 // Services over time.
 const (
 	// serviceEvery: a Service is tried through each watched owner this
-	// often, and at once when its kube-proxy fails or a try failed.
-	serviceEvery = 300 * time.Millisecond
+	// often (every other health check), and at once when its kube-proxy
+	// fails or a try failed.
+	serviceEvery = 2 * checkEvery
 	// synTimeout: how long a SYN waits for its answer (a LAN answers in
 	// well under a millisecond, a starved node in tens).
 	synTimeout = 150 * time.Millisecond
