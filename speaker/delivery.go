@@ -233,9 +233,12 @@ const (
 	// often (every other health check), and at once when its kube-proxy
 	// fails or a try failed.
 	serviceEvery = 2 * checkEvery
-	// synTimeout: how long a SYN waits for its answer (a LAN answers in
-	// well under a millisecond, a starved node in tens).
-	synTimeout = 150 * time.Millisecond
+	// firstTimeout: how long a try's first SYN waits (a LAN answers in well
+	// under a millisecond): a slower answer costs only the confirmations.
+	// synTimeout: how long each confirmation waits (a starved node answers
+	// in tens of milliseconds).
+	firstTimeout = 50 * time.Millisecond
+	synTimeout   = 150 * time.Millisecond
 	// confirmTries: a try whose SYN is not answered sends this many more at
 	// once (other source ports), so one round ends within two timeouts and
 	// fails only if all of them are lost: on a link losing 30 % each way
@@ -276,11 +279,13 @@ const (
 	serviceUnknown
 )
 
-// try sends a SYN for target to mac on iface and, when it is not answered,
-// confirmTries more at once; it reports whether one was answered.
+// try sends a SYN for target to mac on iface and, when it is not answered
+// within firstTimeout, confirmTries more at once; it reports whether one was
+// answered. A try ends within firstTimeout + synTimeout.
 func (sc *serviceCheck) try(ctx context.Context, iface string, mac net.HardwareAddr, target netip.AddrPort) (bool, string) {
-	pr := layer2.SYNProbe{Interface: iface, OwnerMAC: mac, VIP: target, Timeout: synTimeout}
+	pr := layer2.SYNProbe{Interface: iface, OwnerMAC: mac, VIP: target, Timeout: firstTimeout}
 	res := sc.syn.Probe(ctx, pr)
+	pr.Timeout = synTimeout
 	switch res.Outcome {
 	case layer2.SYNAnswered, layer2.SYNRefused:
 		return true, res.Why()
