@@ -230,9 +230,9 @@ func (c *healthChecker) check(ctx context.Context, addr netip.Addr) (checkResult
 // Services over time.
 const (
 	// serviceEvery: a Service is tried through each watched owner this
-	// often (every other health check), and at once when its kube-proxy
+	// often (with every health check), and at once when its kube-proxy
 	// fails or a try failed.
-	serviceEvery = 2 * checkEvery
+	serviceEvery = checkEvery
 	// firstTimeout: how long a try's first SYN waits (a LAN answers in well
 	// under a millisecond): a slower answer costs only the confirmations.
 	// synTimeout: how long each confirmation waits (a starved node answers

@@ -81,7 +81,7 @@ type Options struct {
 	// HealthyAfter: see DefaultHealthyAfter (zero takes it).
 	HealthyAfter time.Duration
 	// ProbeServices: with health checks on, the watchers also try a
-	// connection to one of each owner's Services through it every 400 ms
+	// connection to one of each owner's Services through it every 200 ms
 	// (delivery.go): a kube-proxy restarting with its rules in place then
 	// moves nothing, and a node whose pod network is cut loses its IPs.
 	ProbeServices bool

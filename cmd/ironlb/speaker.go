@@ -157,7 +157,7 @@ MetalLB speaker Pod spec works unchanged.`,
 	f.DurationVar(&o.HealthyAfter, "healthy-after", speaker.DefaultHealthyAfter,
 		"how long a node's kube-proxy health endpoint must pass before the node takes IPs (after it joined, or after a failure)")
 	f.BoolVar(&o.ProbeServices, "probe-services", true,
-		"with health checks on, the watchers also try a connection to one of each owner's Services through it every 400 ms (a TCP SYN to its IP and first TCP port sent to the owner's MAC, reset at once): "+
+		"with health checks on, the watchers also try a connection to one of each owner's Services through it every 200 ms (a TCP SYN to its IP and first TCP port sent to the owner's MAC, reset at once): "+
 			"a kube-proxy restarting with its rules in place moves nothing, a node whose Services' traffic goes nowhere (pod network cut) loses its IPs")
 
 	// layer 2
