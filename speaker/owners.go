@@ -515,11 +515,24 @@ func macsEqual(a, b map[string]net.HardwareAddr) bool {
 	return true
 }
 
-// SetSpeaker records a member's liveness.
+// SetSpeaker records a member's liveness. A member gone can no longer delete
+// its own ServiceL2Status records, which owners leave to live members
+// (PlanStatus): this node's Services get their status synced again, so that
+// a leftover of the gone member is deleted now rather than at the next
+// reconcile.
 func (o *owners) SetSpeaker(node string, s ownership.Speaker, now time.Time) {
 	o.do(func(sc *scope) []ownership.Change {
 		o.proxyDirty = true
-		return o.eng.SetSpeaker(node, s, now)
+		changes := o.eng.SetSpeaker(node, s, now)
+		if s == ownership.SpeakerGone && node != o.self {
+			o.eng.AnyOwned(o.self, func(key string) bool {
+				for svc := range o.byKey[key] {
+					o.status(svc)
+				}
+				return false
+			})
+		}
+		return changes
 	})
 }
 
@@ -549,12 +562,15 @@ func (o *owners) Vote(v ownership.Vote, iface string, mac net.HardwareAddr) owne
 	return res
 }
 
-// Member reports whether node's speaker is a live member in this node's view.
-func (o *owners) Member(node string) bool {
+// CleansOwnStatus reports whether node will delete its own ServiceL2Status
+// records when it stops announcing: its speaker is a live member and its
+// data path is not down (a node whose kernel went silent is dead or cut
+// off, whatever memberlist has not yet noticed).
+func (o *owners) CleansOwnStatus(node string) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	sp, _ := o.eng.Speaker(node)
-	return sp != ownership.SpeakerGone
+	sp, path := o.eng.Speaker(node)
+	return sp != ownership.SpeakerGone && path != ownership.PathDown
 }
 
 // ProbeTarget returns an IP and TCP port of a Service that node owns, to try

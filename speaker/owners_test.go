@@ -688,3 +688,21 @@ func TestRecreatedServiceGossipsKeptClaim(t *testing.T) {
 		t.Fatalf("re-created Service: gossiped %v, want the kept claim (b, epoch 7)", sent)
 	}
 }
+
+// TestGoneMemberStatusResynced: when a member is declared gone, the Services
+// this node owns get their status synced again, so that the gone member's
+// leftover ServiceL2Status (which a live member would delete itself) goes now.
+func TestGoneMemberStatusResynced(t *testing.T) {
+	const ip = "172.18.255.232"
+	o, _ := testOwners(t, "a", logr.Discard(), "a", "b")
+	o.SetService("ns1/web", input(ip, "a"), lbService(ip)) // only a may own it
+	var queued []string
+	o.status = func(svc string) { queued = append(queued, svc) }
+	o.SetSpeaker("b", ownership.SpeakerGone, time.Now())
+	if !slices.Contains(queued, "ns1/web") {
+		t.Fatalf("b gone: status queued for %v, want ns1/web (owned by a)", queued)
+	}
+	if o.CleansOwnStatus("b") {
+		t.Error("a gone member cleans its own status records")
+	}
+}

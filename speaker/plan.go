@@ -166,8 +166,8 @@ type StatusPlan struct {
 // PlanStatus decides, for the ServiceL2Status objects existing for one Service,
 // which one the owner keeps and which are deleted. The owner keeps one object
 // with its node label and deletes its duplicates and the leftovers of nodes
-// whose speaker is not a live member (cleans reports whether it is, so that
-// it deletes its own): a hard-killed previous owner cannot delete its own,
+// that will not delete their own (cleans: a live member whose data path is
+// not down deletes its own): a hard-killed previous owner cannot,
 // while a live one deletes its own as soon as it stops announcing, and
 // deleting it earlier, while its view still lags by a gossip round, only
 // made it write the record again (a ServiceL2Status flapping between the two

@@ -133,7 +133,7 @@ func (w *statusWriter) syncStatus(ctx context.Context, key types.NamespacedName,
 		}
 	}
 
-	plan := PlanStatus(existing, w.opts.NodeName, want.Announce, createdName, w.own.Member)
+	plan := PlanStatus(existing, w.opts.NodeName, want.Announce, createdName, w.own.CleansOwnStatus)
 	if svc == nil {
 		gone, err := w.serviceGone(ctx, key, existing)
 		if err != nil {
