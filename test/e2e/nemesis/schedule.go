@@ -57,8 +57,9 @@ const (
 
 // AllKinds is every kind the scheduler knows, in a fixed order (the seed's
 // meaning depends on it).
-// (KubeProxyDown, added last, changed every seed's schedule: runs before
-// 2026-11-29 12:00 UTC replay only at their own commits.)
+// (KubeProxyDown, added last, changes what a seed may draw: a run before
+// 2026-11-29 12:00 UTC replays exactly only at its own commit. TestNemesis's
+// seed happens to draw the same schedule as before.)
 var AllKinds = []Kind{CablePull, MemberlistCut, MemberlistDeaf, MemberlistMute, Partition22, Partition13,
 	SpeakerStop, SpeakerKill, NodeKill, APIServerDown, PacketLoss, KeyRotation, KubeProxyDown}
 
