@@ -286,11 +286,11 @@ func (sc *serviceCheck) try(ctx context.Context, iface string, mac net.HardwareA
 	pr := layer2.SYNProbe{Interface: iface, OwnerMAC: mac, VIP: target, Timeout: firstTimeout}
 	res := sc.syn.Probe(ctx, pr)
 	pr.Timeout = synTimeout
-	switch res.Outcome {
-	case layer2.SYNAnswered, layer2.SYNRefused:
+	switch {
+	case delivered(res.Outcome):
 		return true, res.Why()
-	case layer2.SYNNoInterface, layer2.SYNError, layer2.SYNCanceled:
-		return false, res.Why() // more tries cannot help
+	case res.Outcome != layer2.SYNTimeout:
+		return false, res.Why() // no interface, an error, canceled: more tries cannot help
 	}
 	results := make(chan layer2.SYNProbeResult, confirmTries) // buffered: no sender outlives the call
 	for range confirmTries {
@@ -298,12 +298,17 @@ func (sc *serviceCheck) try(ctx context.Context, iface string, mac net.HardwareA
 	}
 	answered, why := false, res.Why()
 	for range confirmTries {
-		r := <-results
-		if r.Outcome == layer2.SYNAnswered || r.Outcome == layer2.SYNRefused {
+		if r := <-results; delivered(r.Outcome) {
 			answered, why = true, r.Why()
 		}
 	}
 	return answered, why
+}
+
+// delivered: the SYN reached the Service through the node, whose backend
+// answered it (a SYN-ACK, or a reset: nothing listens, but the path works).
+func delivered(o layer2.SYNOutcome) bool {
+	return o == layer2.SYNAnswered || o == layer2.SYNRefused
 }
 
 // round tries one of node's Services through it (its MAC on iface).

@@ -27,13 +27,13 @@ const (
 // liveness is the speaker's /healthz check.
 type liveness struct {
 	own *owners
-	// health is nil without memberlist (or before Start).
-	health func() *health
+	// health is nil without memberlist.
+	health *health
 	// lockWait and stuckAfter: the constants above (tests shorten them).
 	lockWait, stuckAfter time.Duration
 }
 
-func newLiveness(own *owners, health func() *health) *liveness {
+func newLiveness(own *owners, health *health) *liveness {
 	return &liveness{own: own, health: health, lockWait: lockWait, stuckAfter: stuckAfter}
 }
 
@@ -43,8 +43,8 @@ func (l *liveness) check(*http.Request) error {
 	if !l.own.lockable(l.lockWait) {
 		return fmt.Errorf("the ownership lock has been held for over %v: the ownership loop is stuck", l.lockWait)
 	}
-	if h := l.health(); h != nil {
-		if age, started := h.sinceLastPoll(time.Now()); started && age > l.stuckAfter {
+	if l.health != nil {
+		if age, started := l.health.sinceLastPoll(time.Now()); started && age > l.stuckAfter {
 			return fmt.Errorf("the health loop completed no poll for %v (every 50 ms when working): the ownership loop is stuck", age.Round(time.Second))
 		}
 	}

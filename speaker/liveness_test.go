@@ -17,7 +17,7 @@ import (
 func TestLiveness(t *testing.T) {
 	own := newOwners(logr.Discard(), "a", ownership.Options{}, nil, newMetrics(nil), nil)
 	h := &health{}
-	l := newLiveness(own, func() *health { return h })
+	l := newLiveness(own, h)
 	l.lockWait, l.stuckAfter = 50*time.Millisecond, time.Second
 	if err := l.check(nil); err != nil {
 		t.Fatalf("a health loop that has not polled yet: %v", err)
@@ -37,7 +37,7 @@ func TestLiveness(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "ownership lock") {
 		t.Fatalf("the ownership lock held: %v", err)
 	}
-	if err := newLiveness(own, func() *health { return nil }).check(nil); err != nil {
+	if err := newLiveness(own, nil).check(nil); err != nil {
 		t.Fatalf("without memberlist (no health loop): %v", err)
 	}
 }

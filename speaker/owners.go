@@ -525,12 +525,11 @@ func (o *owners) SetSpeaker(node string, s ownership.Speaker, now time.Time) {
 		o.proxyDirty = true
 		changes := o.eng.SetSpeaker(node, s, now)
 		if s == ownership.SpeakerGone && node != o.self {
-			o.eng.AnyOwned(o.self, func(key string) bool {
+			for _, key := range o.eng.Owned(o.self) {
 				for svc := range o.byKey[key] {
 					o.status(svc)
 				}
-				return false
-			})
+			}
 		}
 		return changes
 	})
@@ -582,7 +581,7 @@ func (o *owners) ProbeTarget(node string) (netip.AddrPort, bool) {
 	var out netip.AddrPort
 	o.eng.AnyOwned(node, func(key string) bool {
 		for svc := range o.byKey[key] {
-			if e := o.services[svc]; e != nil && e.in.Reason == "" && e.in.TCPPort != 0 && len(e.in.IPs) > 0 {
+			if e := o.services[svc]; e != nil && e.in.Reason == "" && e.in.TCPPort != 0 {
 				out = netip.AddrPortFrom(netip.MustParseAddr(key), e.in.TCPPort)
 				return true
 			}

@@ -802,10 +802,11 @@ func (e *Engine) Speaker(node string) (Speaker, Path) {
 }
 
 // Watchers returns the k nodes that watch node's data path: the watching
-// nodes (members whose data path is not down) that follow node in name order, wrapping around (a ring). Every
-// speaker computes the same watchers from the same membership, each node is
-// watched by k others whatever the cluster's size, and the first watcher is
-// node's deputy: it answers for node's keys while node is held.
+// nodes (members whose data path is not down) that follow node in name
+// order, wrapping around (a ring). Every speaker computes the same watchers
+// from the same membership, each node is watched by k others whatever the
+// cluster's size, and the first watcher is node's deputy: it answers for
+// node's keys while node is held.
 func (e *Engine) Watchers(node string, k int) []string {
 	ring := e.ring()
 	if len(ring) == 0 || k <= 0 {
