@@ -14,13 +14,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ironlb/ironlb/api/v1beta1"
 	"github.com/ironlb/ironlb/internal/election"
 	"github.com/ironlb/ironlb/internal/statusview"
-	"github.com/ironlb/ironlb/test/lab/labctl"
 )
 
 // The health tests (issue 26): an IP never sits on a node that is alive but
@@ -277,18 +274,8 @@ func TestHealthRestoredNode(t *testing.T) {
 
 	// A pool of the workers for the new Services, backends on every worker.
 	const poolCIDR = "172.18.254.144/28" // 16 addresses: the tries below take one each
-	pool := &v1beta1.IPAddressPool{
-		ObjectMeta: metav1.ObjectMeta{Name: "e2e-health-restored", Namespace: Namespace},
-		Spec:       v1beta1.IPAddressPoolSpec{Addresses: []string{poolCIDR}, AutoAssign: ptr(false)},
-	}
-	adv := &v1beta1.L2Advertisement{
-		ObjectMeta: metav1.ObjectMeta{Name: "e2e-health-restored", Namespace: Namespace},
-		Spec: v1beta1.L2AdvertisementSpec{IPAddressPools: []string{pool.Name}, NodeSelectors: []metav1.LabelSelector{{MatchExpressions: []metav1.LabelSelectorRequirement{
-			{Key: labctl.ControlPlaneRole, Operator: metav1.LabelSelectorOpDoesNotExist},
-		}}}},
-	}
-	e.create(t, pool)
-	e.create(t, adv)
+	const pool = "e2e-health-restored"
+	e.createL2Pool(t, pool, pool, poolCIDR, true)
 	const app = "e2e-health-restored"
 	for _, w := range workers {
 		e.create(t, whoamiPod(app+"-"+w, app, w))
@@ -344,7 +331,7 @@ func TestHealthRestoredNode(t *testing.T) {
 		n++
 		name = fmt.Sprintf("e2e-health-restored-%d", n)
 		svc := lbService(name, app, "")
-		svc.Annotations["metallb.io/address-pool"] = pool.Name
+		svc.Annotations["metallb.io/address-pool"] = pool
 		singleStack(svc, corev1.IPv4Protocol)
 		e.create(t, svc)
 		ip = e.waitIngressIP(t, "default", name)
@@ -410,14 +397,7 @@ func TestHealthLocalEndpointUnready(t *testing.T) {
 	tp := e.topology(t)
 	workers := without(tp.nodes, tp.controlPlane)
 	const name, ip = "e2e-health-local", "172.18.254.141"
-	pool := &v1beta1.IPAddressPool{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace},
-		Spec:       v1beta1.IPAddressPoolSpec{Addresses: []string{ip + "/32"}, AutoAssign: ptr(false)},
-	}
-	adv := &v1beta1.L2Advertisement{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace},
-		Spec: v1beta1.L2AdvertisementSpec{IPAddressPools: []string{pool.Name}}}
-	e.create(t, pool)
-	e.create(t, adv)
+	e.createL2Pool(t, name, name, ip+"/32", false)
 	backends := workers[:2]
 	unready := map[string]string{}
 	for _, w := range backends {
@@ -434,7 +414,7 @@ func TestHealthLocalEndpointUnready(t *testing.T) {
 		t.Cleanup(func() { _ = os.Remove(unready[w]) })
 	}
 	svc := lbService(name, name, ip)
-	svc.Annotations["metallb.io/address-pool"] = pool.Name
+	svc.Annotations["metallb.io/address-pool"] = name
 	svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 	singleStack(svc, corev1.IPv4Protocol)
 	e.create(t, svc)

@@ -16,13 +16,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ironlb/ironlb/api/v1beta1"
 	"github.com/ironlb/ironlb/internal/election"
 	"github.com/ironlb/ironlb/test/e2e/probe"
-	"github.com/ironlb/ironlb/test/lab/labctl"
 )
 
 // The hitless tests (issue 9) hold keepAliveConns persistent connections and
@@ -62,23 +59,10 @@ func (e *Env) newLBFixture(t testing.TB, name, ip string) *lbFixture {
 	ctx := ctxT(t)
 	tp := e.topology(t)
 	f := &lbFixture{name: name, ip: ip, workers: without(tp.nodes, tp.controlPlane)}
-	pool := &v1beta1.IPAddressPool{
-		ObjectMeta: metav1.ObjectMeta{Name: name + "-pool", Namespace: Namespace},
-		Spec:       v1beta1.IPAddressPoolSpec{Addresses: []string{netip.PrefixFrom(netip.MustParseAddr(ip), netip.MustParseAddr(ip).BitLen()).String()}, AutoAssign: ptr(false)},
-	}
-	adv := &v1beta1.L2Advertisement{
-		ObjectMeta: metav1.ObjectMeta{Name: name + "-adv", Namespace: Namespace},
-		Spec: v1beta1.L2AdvertisementSpec{
-			IPAddressPools: []string{pool.Name},
-			NodeSelectors: []metav1.LabelSelector{{MatchExpressions: []metav1.LabelSelectorRequirement{
-				{Key: labctl.ControlPlaneRole, Operator: metav1.LabelSelectorOpDoesNotExist},
-			}}},
-		},
-	}
-	e.create(t, pool)
-	e.create(t, adv)
+	pool := name + "-pool"
+	e.createL2Pool(t, pool, name+"-adv", netip.PrefixFrom(netip.MustParseAddr(ip), netip.MustParseAddr(ip).BitLen()).String(), true)
 	svc := lbService(name, name, "")
-	svc.Annotations["metallb.io/address-pool"] = pool.Name
+	svc.Annotations["metallb.io/address-pool"] = pool
 	if netip.MustParseAddr(ip).Is6() {
 		singleStack(svc, corev1.IPv6Protocol)
 	}

@@ -14,6 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ironlb/ironlb/api/v1beta1"
+	"github.com/ironlb/ironlb/test/lab/labctl"
 )
 
 // lbService is a LoadBalancer Service on port 80 in front of pods labelled
@@ -38,6 +41,28 @@ func singleStack(svc *corev1.Service, family corev1.IPFamily) {
 	policy := corev1.IPFamilyPolicySingleStack
 	svc.Spec.IPFamilyPolicy = &policy
 	svc.Spec.IPFamilies = []corev1.IPFamily{family}
+}
+
+// createL2Pool creates the IPAddressPool name of cidr, given only to Services
+// that ask for it (metallb.io/address-pool), and the L2Advertisement adv of
+// it, to the workers only when workersOnly (killing an announcer then leaves
+// the control plane alive); both are deleted when the test ends.
+func (e *Env) createL2Pool(t testing.TB, name, adv, cidr string, workersOnly bool) {
+	t.Helper()
+	a := &v1beta1.L2Advertisement{
+		ObjectMeta: metav1.ObjectMeta{Name: adv, Namespace: Namespace},
+		Spec:       v1beta1.L2AdvertisementSpec{IPAddressPools: []string{name}},
+	}
+	if workersOnly {
+		a.Spec.NodeSelectors = []metav1.LabelSelector{{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: labctl.ControlPlaneRole, Operator: metav1.LabelSelectorOpDoesNotExist},
+		}}}
+	}
+	e.create(t, &v1beta1.IPAddressPool{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace},
+		Spec:       v1beta1.IPAddressPoolSpec{Addresses: []string{cidr}, AutoAssign: ptr(false)},
+	})
+	e.create(t, a)
 }
 
 // create creates obj and deletes it when the test ends.
