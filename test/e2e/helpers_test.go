@@ -322,7 +322,12 @@ func (e *Env) serviceEvents(ctx context.Context, ns, name, reason string) ([]cor
 	return out, nil
 }
 
+// evTime is when an event was last observed: a recorder using the events.k8s.io
+// API folds a repeat into the first event's series (its eventTime stays the first).
 func evTime(e *corev1.Event) time.Time {
+	if e.Series != nil && !e.Series.LastObservedTime.IsZero() {
+		return e.Series.LastObservedTime.Time
+	}
 	for _, t := range []time.Time{e.LastTimestamp.Time, e.EventTime.Time, e.FirstTimestamp.Time, e.CreationTimestamp.Time} {
 		if !t.IsZero() {
 			return t

@@ -62,9 +62,19 @@ const nemesisTestSeed = 20261128
 // again within 1 s under a single fault that leaves a majority up,
 // convergence within 2 s of every heal.
 func TestNemesis(t *testing.T) {
+	var violations []string
+	// Registered before anything else, so it runs after the failure dumps:
+	// the verdict ends the output, where a reader of CI's tail finds it.
+	t.Cleanup(func() {
+		if len(violations) > 0 {
+			t.Logf("TestNemesis missed %d of issue 25's targets (the report and the dumps are above):\n  %s",
+				len(violations), strings.Join(violations, "\n  "))
+		}
+	})
 	e := requireEnv(t)
 	rep, _ := e.runNemesis(t, 3*time.Minute+30*time.Second, nemesisTestSeed)
-	for _, v := range rep.Violations {
+	violations = rep.Violations
+	for _, v := range violations {
 		t.Error(v)
 	}
 }
