@@ -49,6 +49,17 @@ const (
 // takes no IP until then, and a flapping check does not flap IPs.
 const DefaultHealthyAfter = 5 * time.Second
 
+// awaitJudgement is how long an IP that never had an owner waits for a node
+// that just joined to be judged (ownership.Options.AwaitJudgement): its
+// healthy-after of passing checks, plus 5 s for the watchers' votes to
+// arrive; a node still unjudged then is not waited for.
+func awaitJudgement(healthyAfter time.Duration) time.Duration {
+	if healthyAfter <= 0 {
+		healthyAfter = DefaultHealthyAfter
+	}
+	return healthyAfter + 5*time.Second
+}
+
 // DefaultKubeProxyHealthPort is kube-proxy's --healthz-bind-address port.
 const DefaultKubeProxyHealthPort = 10256
 

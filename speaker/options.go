@@ -147,8 +147,11 @@ func (o *Options) nodeOptions() nodeOptions {
 		Name:   o.NodeName,
 		Layer2: o.Layer2,
 		Ownership: ownership.Options{Failback: o.Failback, Hold: o.HoldTime,
-			// Nodes take IPs only once found delivering, when that is checked.
-			RequireUp: o.KubeProxyHealthPort > 0},
+			// Nodes take IPs only once found delivering, when that is checked;
+			// a new IP waits for a node that just joined as long as its first
+			// verdict takes (healthy-after of passing checks, then a vote's
+			// gossip), so that IPs present at start-up spread over the nodes.
+			RequireUp: o.KubeProxyHealthPort > 0, AwaitJudgement: awaitJudgement(o.HealthyAfter)},
 		KubeProxyHealthPort: o.KubeProxyHealthPort,
 		HealthyAfter:        o.HealthyAfter,
 		ProbeServices:       o.ProbeServices,

@@ -127,6 +127,13 @@ type Options struct {
 	// The speaker sets it when it health-checks nodes; watchers then probe
 	// every node they watch, not only owners.
 	RequireUp bool
+	// AwaitJudgement: with RequireUp, how long a key that has never had an
+	// owner waits for eligible nodes whose watchers have not judged them yet
+	// (members whose data path is still unknown since they joined), so
+	// that a cluster starting up spreads its keys over its nodes instead of
+	// giving every key to the first node found up; without failback they
+	// would stay there. Keys that have an owner never wait. Zero: no wait.
+	AwaitJudgement time.Duration
 }
 
 // inactiveTTL is how long a claim for a key no Service uses is kept: long
@@ -170,7 +177,7 @@ type Engine struct {
 	foreign  map[string]struct{}
 	nodes    map[string]*nodeState          // every node ever referenced
 	owned    map[string]map[string]struct{} // owner -> active keys it claims
-	unplaced map[string]struct{}            // active keys nobody serves or can serve
+	unplaced map[string]struct{}            // active keys nobody serves or can serve, or awaiting a judgement
 	away     map[string]struct{}            // nodes whose speaker is gone and hold is running
 
 	ringCache []string // watching nodes by name (Watchers)
@@ -363,7 +370,7 @@ func (e *Engine) SetSpeaker(name string, s Speaker, now time.Time) []Change {
 	} else {
 		// It is back: whatever was said about its data path is stale.
 		clear(n.votes)
-		n.path, n.expired = PathUnknown, false
+		n.path, n.pathSince, n.expired = PathUnknown, now, false
 		delete(e.away, name)
 	}
 	// The ring changed: other nodes' watchers, and so the votes that
@@ -388,6 +395,7 @@ func (e *Engine) setPath(name string, p Path) []Change {
 // moved to a node that a later verdict of the same call rules out).
 func (e *Engine) setPaths(paths map[string]Path) []Change {
 	var keys, placeable []string
+	judged := false // a node left PathUnknown: keys awaiting its judgement may be placed
 	for name, p := range paths {
 		n := e.node(name)
 		prev := n.path
@@ -396,6 +404,7 @@ func (e *Engine) setPaths(paths map[string]Path) []Change {
 		}
 		n.path, n.pathSince = p, e.now
 		e.ringDirty = true
+		judged = judged || prev == PathUnknown
 		switch {
 		case !p.delivers() && prev.delivers():
 			keys = append(keys, e.ownedKeys(name)...)
@@ -412,6 +421,9 @@ func (e *Engine) setPaths(paths map[string]Path) []Change {
 	if regained := e.actingChanged(); regained != nil {
 		return regained // a two-node survivor's quorum (absentDown): every key decided
 	}
+	if judged {
+		keys = append(keys, e.Unplaced()...)
+	}
 	changes := e.decideKeys(keys)
 	slices.Sort(placeable)
 	for _, name := range placeable {
@@ -423,11 +435,7 @@ func (e *Engine) setPaths(paths map[string]Path) []Change {
 // nodeBecamePlaceable re-decides the keys a node that became placeable can
 // change: those nobody could own, and with FailbackImmediate those it wins.
 func (e *Engine) nodeBecamePlaceable(name string) []Change {
-	keys := make([]string, 0, len(e.unplaced))
-	for k := range e.unplaced {
-		keys = append(keys, k)
-	}
-	changes := e.decideKeys(keys)
+	changes := e.decideKeys(e.Unplaced())
 	if e.opts.Failback != FailbackImmediate || !e.synced {
 		return changes
 	}
@@ -461,6 +469,10 @@ func (e *Engine) Tick(now time.Time) []Change {
 		e.lastLapse = now
 		changes = e.reaggregate()
 		changes = append(changes, e.forgetAndPrune()...)
+		if e.opts.AwaitJudgement > 0 {
+			// A wait for a node's judgement may have run out.
+			changes = append(changes, e.decideKeys(e.Unplaced())...)
+		}
 	}
 	if !e.wasActing && e.synced {
 		changes = append(changes, e.actingChanged()...) // a relearning period may have ended
@@ -582,6 +594,10 @@ func (e *Engine) decide(key string, acting bool) (Change, bool) {
 	var why Reason
 	switch {
 	case !has:
+		if e.awaitsJudgement(elig) {
+			e.unplaced[key] = struct{}{}
+			return Change{}, false
+		}
 		why = ReasonPlaced
 		if e.opts.Failback == FailbackImmediate {
 			to = e.winner(key, elig, "")
@@ -655,6 +671,24 @@ func (e *Engine) candidates(elig *NodeSet, fn func(string)) {
 			fn(n)
 		}
 	}
+}
+
+// awaitsJudgement reports whether a key with these eligible nodes, never
+// owned yet, waits before it is placed (Options.AwaitJudgement): one of
+// them joined less than AwaitJudgement ago and its watchers have not
+// judged it yet, so it may soon be placeable.
+func (e *Engine) awaitsJudgement(elig *NodeSet) bool {
+	if !e.opts.RequireUp || e.opts.AwaitJudgement <= 0 {
+		return false
+	}
+	for _, name := range elig.Names() {
+		n := e.nodes[name]
+		if n != nil && n.alive() && n.path == PathUnknown && e.now.Sub(n.pathSince) < e.opts.AwaitJudgement &&
+			e.watching(name) && len(e.Watchers(name, WatchersPerNode)) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // winner is the hash winner among the placeable eligible nodes of the
@@ -882,7 +916,8 @@ func (e *Engine) Nodes() []string {
 	return out
 }
 
-// Unplaced returns the active keys nobody owns or can own, sorted.
+// Unplaced returns the active keys nobody owns or can own, or that await a
+// node's judgement before their first placement (AwaitJudgement), sorted.
 func (e *Engine) Unplaced() []string {
 	out := make([]string, 0, len(e.unplaced))
 	for k := range e.unplaced {

@@ -246,3 +246,95 @@ func TestRequireUp(t *testing.T) {
 		t.Fatal("a single node, which nobody can watch, was held back")
 	}
 }
+
+// TestAwaitJudgement: keys present when a cluster starts spread over its
+// nodes instead of going to the first node found up, a node nobody judges is
+// waited for only AwaitJudgement, and keys that have an owner never wait.
+func TestAwaitJudgement(t *testing.T) {
+	const wait = 10 * time.Second
+	vote := func(e *Engine, n string, p Path, at time.Time) []Change {
+		var out []Change
+		for i, w := range e.Watchers(n, WatchersPerNode) {
+			c, _ := e.Vote(Vote{Node: n, Watcher: w, Path: p, Seq: uint64(at.Sub(t0)/time.Millisecond) + uint64(i) + 1}, at)
+			out = append(out, c...)
+		}
+		return out
+	}
+	keys := []string{"k1", "k2", "k3", "k4", "k5", "k6", "k7", "k8"}
+	start := func(t *testing.T) (*Engine, *NodeSet) {
+		e, all := cluster(t, "a", Options{RequireUp: true, AwaitJudgement: wait}, "a", "b", "c", "d")
+		for _, k := range keys {
+			e.SetKey(k, all)
+		}
+		return e, all
+	}
+	owners := func(e *Engine) map[string]int {
+		out := map[string]int{}
+		for _, k := range keys {
+			if o, _ := e.Owner(k); o != "" {
+				out[o]++
+			}
+		}
+		return out
+	}
+
+	t.Run("spread at start", func(t *testing.T) {
+		e, all := start(t)
+		if c := vote(e, "c", PathUp, t0.Add(time.Second)); len(c) != 0 {
+			t.Fatalf("the first node found up took keys while the others were being judged: %v", c)
+		}
+		for _, n := range []string{"a", "b", "d"} {
+			vote(e, n, PathUp, t0.Add(2*time.Second))
+		}
+		if got := owners(e); len(got) != 4 || got["a"] != 2 || got["b"] != 2 || got["c"] != 2 || got["d"] != 2 {
+			t.Fatalf("owners %v, want 2 keys on each of a, b, c, d", got)
+		}
+		if c := e.SetKey("k9", all); len(c) != 1 || c[0].Reason != ReasonPlaced {
+			t.Fatalf("a new key with every node judged: %v, want it placed at once", c)
+		}
+	})
+
+	t.Run("a node nobody judges is waited for AwaitJudgement", func(t *testing.T) {
+		e, _ := start(t)
+		for _, n := range []string{"a", "b", "c"} {
+			vote(e, n, PathUp, t0.Add(time.Second))
+		}
+		if c := vote(e, "a", PathUp, t0.Add(wait-time.Second)); len(c) != 0 || len(e.Unplaced()) != len(keys) {
+			t.Fatalf("before the wait ran out: changes %v, unplaced %v", c, e.Unplaced())
+		}
+		// The watchers vote again (votes lapse); d's wait has run out.
+		for _, n := range []string{"a", "b", "c"} {
+			vote(e, n, PathUp, t0.Add(wait+time.Second))
+		}
+		if got := owners(e); got["d"] != 0 || got["a"]+got["b"]+got["c"] != len(keys) {
+			t.Fatalf("after the wait: owners %v, want every key on a, b, c", got)
+		}
+	})
+
+	t.Run("a node judged unhealthy ends the wait", func(t *testing.T) {
+		e, _ := start(t)
+		for _, n := range []string{"a", "b", "c"} {
+			vote(e, n, PathUp, t0.Add(time.Second))
+		}
+		vote(e, "d", PathUnhealthy, t0.Add(2*time.Second))
+		if got := owners(e); got["d"] != 0 || got["a"]+got["b"]+got["c"] != len(keys) {
+			t.Fatalf("owners %v, want every key on a, b, c as soon as d was judged", got)
+		}
+	})
+
+	t.Run("an owned key does not wait", func(t *testing.T) {
+		e, _ := start(t)
+		for _, n := range []string{"a", "b", "c", "d"} {
+			vote(e, n, PathUp, t0.Add(time.Second))
+		}
+		// b's speaker restarts (unjudged again), then c's data path fails:
+		// c's keys move at once, to a or d.
+		at := t0.Add(2 * time.Second)
+		e.SetSpeaker("b", SpeakerGone, at)
+		e.SetSpeaker("b", SpeakerAlive, at)
+		moved := vote(e, "c", PathDown, at)
+		if got := owners(e); len(moved) != 2 || got["c"] != 0 || got["a"]+got["d"] != 6 || got["b"] != 2 {
+			t.Fatalf("c down: changes %v, owners %v; want c's 2 keys on a or d at once, b's kept", moved, got)
+		}
+	})
+}
