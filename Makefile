@@ -20,9 +20,9 @@ COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)$(shell git dif
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 BUILD_DATE ?= $(shell date -u -d @$(SOURCE_DATE_EPOCH) +%Y-%m-%dT%H:%M:%SZ)
 GO_LDFLAGS = -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(BUILD_DATE)
-# One set of build flags for the image's binary, bin/ironlb, the plugin and the lab command:
-# static, reproducible, and sharing one build cache, so that after the image the other
-# binaries compile only their own packages (a cold `make demo` builds ironlb's dependencies once).
+# One set of build flags for the image's binary, bin/ironlb, the plugin, the lab command and
+# the lab's Kubernetes binaries: static, reproducible, and sharing one build cache, so that
+# each package is compiled once (a cold `make demo` builds client-go and the rest once).
 GO_BUILD = CGO_ENABLED=0 go build -trimpath -buildvcs=false
 
 LOCALBIN ?= $(CURDIR)/bin
@@ -82,8 +82,9 @@ config/manifests/ironlb.yaml: $(HELM)
 	  $(HELM) template ironlb --kube-version $(KUBE_VERSION) charts/ironlb --namespace $(MANIFESTS_NAMESPACE) --include-crds --set cleanup.enabled=false | grep -v '^# Source:'; } > $@
 
 .PHONY: verify-gen
-verify-gen: generate manifests ## Fail when generated files (or go.mod/go.sum) differ from what is committed.
+verify-gen: generate manifests ## Fail when generated files (or go.mod/go.sum) differ from what is committed, or hack/tools builds a module shared with go.mod at another version.
 	@go mod tidy -diff >/dev/null || { echo "go.mod/go.sum are not tidy: run 'go mod tidy' and commit"; go mod tidy -diff; exit 1; }
+	@hack/check-shared-deps.sh
 	@if [ -n "$$(git status --porcelain -- api config charts hack/metallb)" ]; then \
 		echo "Generated files are out of date. Run 'make generate manifests' and commit:"; \
 		git status --porcelain -- api config charts hack/metallb; git --no-pager diff --stat -- api config charts hack/metallb; exit 1; fi
@@ -251,12 +252,14 @@ $(LOCALBIN):
 	mkdir -p $(LOCALBIN)
 
 # The Kubernetes binaries are built from k8s.io/kubernetes at KUBE_VERSION (hack/tools/go.mod);
-# a stamp file records the version so a bump rebuilds them. Cold build: ~8 min on 2 cores (docs/benchmarks.md).
+# a stamp file records the version so a bump rebuilds them. With ironlb's GO_BUILD flags and
+# the shared modules at go.mod's versions (hack/check-shared-deps.sh, in verify-gen), ironlb's
+# binaries reuse their compiled client-go, apimachinery and the rest from the build cache. Cold build: ~8 min on 2 cores (docs/benchmarks.md).
 KUBE_STAMP := $(LOCALBIN)/.kube-$(KUBE_VERSION)
 $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)): $(KUBE_STAMP)
 $(KUBE_STAMP): hack/tools/go.mod hack/tools/go.sum | $(LOCALBIN)
 	@echo ">> building Kubernetes $(KUBE_VERSION) binaries into $(LOCALBIN) (cold: ~8 min on 2 cores)"
-	cd hack/tools && go build -ldflags "-s -w \
+	cd hack/tools && $(GO_BUILD) -ldflags "-s -w \
 		-X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
 		-X k8s.io/component-base/version.gitMajor=1 \
 		-X k8s.io/component-base/version.gitMinor=$(word 2,$(subst ., ,$(KUBE_VERSION))) \

@@ -16,23 +16,63 @@ fail() {
 }
 trap 'rc=$?; [ $rc -eq 0 ] || echo "!! $DEMO failed (exit $rc); the lab is left as it is: look around with the hints above, or start over with: make lab-down && make $DEMO" >&2' EXIT
 
-# build DESCRIPTION MAKE_ARGS...: runs make for one component of the demo, its output in
-# /tmp/ironlb-demo-build.log, with a line when it starts, one every 30 s while it runs (never
-# minutes of silence) and one with its elapsed time when done; on failure, the log's tail.
-build() {
-	local what=$1 start=$SECONDS total_start=${DEMO_BUILD_START:-$SECONDS}
-	shift
-	DEMO_BUILD_START=$total_start
+# build_step CHAIN DESCRIPTION MAKE_ARGS...: runs make for one component of the demo, its
+# output appended to the chain's log, with a line when it starts and one with its elapsed
+# time when done. The component building now is in $BUILD_DIR/CHAIN.now for the heartbeat.
+BUILD_DIR=/tmp/ironlb-demo-build
+build_step() {
+	local chain=$1 what=$2 start=$SECONDS
+	shift 2
 	step "building $what"
-	(while sleep 30; do echo "   ... still building $what ($((SECONDS - start)) s; the whole build so far $((SECONDS - total_start)) s)"; done) &
-	local beat=$!
-	if ! make --no-print-directory "$@" >>/tmp/ironlb-demo-build.log 2>&1; then
-		kill "$beat" 2>/dev/null || true
-		fail "building $what failed; the log is /tmp/ironlb-demo-build.log:" "tail -50 /tmp/ironlb-demo-build.log"
+	echo "$SECONDS $what" >"$BUILD_DIR/$chain.now"
+	if ! make --no-print-directory "$@" >>"$BUILD_DIR/$chain.log" 2>&1; then
+		echo "!! building $what failed; the log is $BUILD_DIR/$chain.log" >&2
+		return 1
 	fi
-	kill "$beat" 2>/dev/null || true
-	wait "$beat" 2>/dev/null || true
+	rm -f "$BUILD_DIR/$chain.now"
 	step "built $what ($((SECONDS - start)) s)"
+}
+
+# build_chains HINT CHAIN...: runs the chains (functions of build_step calls, named after
+# their chain) at once, so that one component's downloads and links overlap another's
+# compiles on a small machine; every 30 s one line says what is still building (never
+# minutes of silence), with HINT on what is left. When a chain fails the others are
+# stopped and the demo fails with the failed log's tail.
+build_chains() {
+	local hint=$1 start=$SECONDS c i
+	shift
+	local -a chains=("$@")
+	rm -rf "$BUILD_DIR" && mkdir -p "$BUILD_DIR"
+	local -a pids=()
+	set -m # each chain in its own process group: a failure stops all of its makes
+	for c in "$@"; do
+		"$c" &
+		pids+=($!)
+	done
+	set +m
+	local left=$# beat=$((SECONDS + ${DEMO_BEAT:-30}))
+	while ((left > 0)); do
+		sleep 1
+		for i in "${!pids[@]}"; do
+			[ -n "${pids[$i]}" ] && ! kill -0 "${pids[$i]}" 2>/dev/null || continue
+			if ! wait "${pids[$i]}"; then
+				for c in "${pids[@]}"; do [ -z "$c" ] || kill -- -"$c" 2>/dev/null || true; done
+				fail "building the demo failed (the other builds were stopped)" "tail -50 $BUILD_DIR/${chains[$i]}.log"
+			fi
+			pids[i]=""
+			left=$((left - 1))
+		done
+		if ((left > 0 && SECONDS >= beat)); then
+			beat=$((SECONDS + ${DEMO_BEAT:-30}))
+			local now="" f since what
+			for f in "$BUILD_DIR"/*.now; do
+				read -r since what <"$f" 2>/dev/null || continue
+				now+="${now:+; }$what ($((SECONDS - since)) s)"
+			done
+			echo "   ... still building: ${now:-?}; the whole build so far $((SECONDS - start)) s ($hint)"
+		fi
+	done
+	step "built everything ($((SECONDS - start)) s)"
 }
 
 # wait_for DESCRIPTION TIMEOUT_SECONDS COMMAND...: polls COMMAND every second until it succeeds.

@@ -19,19 +19,22 @@ SERVICES=(svc1 svc2 svc3)
 
 [ "$(id -u)" -eq 0 ] || fail "the lab needs root (it creates network namespaces)" "sudo make demo"
 
-# Only what the demo runs, one component at a time: the image for this machine's
-# architecture alone, Prometheus only with LAB_PROMETHEUS=1. Each is skipped by make when
-# already built.
-: >/tmp/ironlb-demo-build.log
+# Only what the demo runs: the image for this machine's architecture alone, Prometheus only
+# with LAB_PROMETHEUS=1, each skipped by make when already built. Two chains at once: the
+# Kubernetes binaries, and beside them the rest one after the other (ironlb's image and
+# bin/ironlb share their packages: one after the other, nothing is compiled twice).
 ARCH=$(go env GOARCH)
-build "Kubernetes (etcd, kube-apiserver, controller-manager, scheduler, kube-proxy, kubectl; cold: ~8 min, the longest part)" \
-	"$ROOT/bin/etcd" "$ROOT/bin/kube-apiserver" "$ROOT/bin/kube-controller-manager" "$ROOT/bin/kube-scheduler" "$ROOT/bin/kube-proxy" "$ROOT/bin/kubectl"
-build "helm" "$ROOT/bin/helm"
-build "ironlb's image (linux/$ARCH) and its builder" image PLATFORMS="linux/$ARCH"
-build "the lab command, ironlb and the kubectl plugin (bin/kubectl-ironlb)" lab build
-if [ "${LAB_PROMETHEUS:-}" = 1 ]; then
-	build "Prometheus (LAB_PROMETHEUS=1)" prometheus
-fi
+kubernetes() {
+	build_step kubernetes "Kubernetes (etcd, kube-apiserver, controller-manager, scheduler, kube-proxy, kubectl)" \
+		"$ROOT/bin/etcd" "$ROOT/bin/kube-apiserver" "$ROOT/bin/kube-controller-manager" "$ROOT/bin/kube-scheduler" "$ROOT/bin/kube-proxy" "$ROOT/bin/kubectl"
+}
+ironlb() {
+	build_step ironlb "helm" "$ROOT/bin/helm" &&
+		build_step ironlb "ironlb's image (linux/$ARCH) and its builder" image PLATFORMS="linux/$ARCH" &&
+		build_step ironlb "the lab command, ironlb and the kubectl plugin (bin/kubectl-ironlb)" lab build &&
+		if [ "${LAB_PROMETHEUS:-}" = 1 ]; then build_step ironlb "Prometheus (LAB_PROMETHEUS=1)" prometheus; fi
+}
+build_chains "cold, Kubernetes takes the longest: ~8 min" kubernetes ironlb
 # The lab's nodes run ironlb from this image (bin/image/oci), as a cluster would pull it.
 IMAGE_ID="ghcr.io/ironlb/ironlb@$(cat bin/image/digest)"
 step "image: $IMAGE_ID"
