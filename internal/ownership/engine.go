@@ -466,11 +466,11 @@ func (e *Engine) Tick(now time.Time) []Change {
 	if now.Sub(e.lastLapse) >= time.Second {
 		// Votes that lapsed first, so that the decisions below place keys
 		// on the nodes that are placeable now.
+		prev := e.lastLapse
 		e.lastLapse = now
 		changes = e.reaggregate()
 		changes = append(changes, e.forgetAndPrune()...)
-		if e.opts.AwaitJudgement > 0 {
-			// A wait for a node's judgement may have run out.
+		if e.judgementWaitEnded(prev, now) {
 			changes = append(changes, e.decideKeys(e.Unplaced())...)
 		}
 	}
@@ -685,6 +685,20 @@ func (e *Engine) awaitsJudgement(elig *NodeSet) bool {
 		n := e.nodes[name]
 		if n != nil && n.alive() && n.path == PathUnknown && e.now.Sub(n.pathSince) < e.opts.AwaitJudgement &&
 			e.watching(name) && len(e.Watchers(name, WatchersPerNode)) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// judgementWaitEnded reports whether the AwaitJudgement wait for a node
+// still unjudged ran out in (from, to]: keys waiting for it are placed now.
+func (e *Engine) judgementWaitEnded(from, to time.Time) bool {
+	if len(e.unplaced) == 0 || !e.opts.RequireUp || e.opts.AwaitJudgement <= 0 {
+		return false
+	}
+	for _, n := range e.nodes {
+		if end := n.pathSince.Add(e.opts.AwaitJudgement); n.alive() && n.path == PathUnknown && end.After(from) && !end.After(to) {
 			return true
 		}
 	}
