@@ -12,6 +12,7 @@ declare -A want=(
   [arping]=arping
   [ndisc6]=ndisc6
   [tcpdump]=tcpdump
+  [nft]=nftables
   [make]=make
   [git]=git
 )

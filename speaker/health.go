@@ -335,6 +335,28 @@ func (h *health) poll(ctx context.Context, now time.Time) {
 }
 
 // withdraw replaces this watcher's vote on node by unknown.
+// macsOf asks the segment for node's MAC, at its own addresses and then its
+// memberlist address: the first that answers gives the interface and MAC
+// (nil if none answers). For a node this one does not watch, whose MAC its
+// probes never saw (secondChance).
+func (h *health) macsOf(ctx context.Context, node string) map[string]net.HardwareAddr {
+	var targets []netip.Addr
+	if h.nodeAddrs != nil {
+		targets = h.nodeAddrs(ctx, node)
+	}
+	h.mu.Lock()
+	if a, ok := h.addrs[node]; ok && !slices.Contains(targets, a) {
+		targets = append(targets, a)
+	}
+	h.mu.Unlock()
+	for _, a := range targets {
+		if r := h.prober.Probe(ctx, a); r.Reachable && len(r.MAC) == 6 {
+			return map[string]net.HardwareAddr{r.Interface: r.MAC}
+		}
+	}
+	return nil
+}
+
 func (h *health) withdraw(node string) {
 	h.own.Vote(ownership.Vote{Node: node, Watcher: h.self, Path: ownership.PathUnknown, Seq: uint64(time.Now().UnixNano())}, "", nil)
 }

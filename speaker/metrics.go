@@ -21,6 +21,8 @@ type metrics struct {
 	acting       prometheus.Gauge
 	knownMembers prometheus.Gauge
 	dropped      *prometheus.CounterVec
+	// drain*: the planned moves in their drain period (secondChance).
+	drainIPs, drainFlows, drainPackets prometheus.Gauge
 }
 
 func boolGauge(b bool) float64 {
@@ -77,6 +79,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "ironlb", Name: "peer_inputs_dropped_total",
 			Help: "Inputs from peers this speaker refused or could not queue, by reason (voteStale, voteNotWatcher, voteUnknownNode, claimEpoch, claimForeign, claimQueueFull, voteQueueFull).",
 		}, []string{"reason"}),
+		drainIPs: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "ironlb", Name: "drain_ips",
+			Help: "IPs this node took over from a node that still delivers, in their drain period (--drain-timeout): connections this node does not know go to that node.",
+		}),
+		drainFlows: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "ironlb", Name: "drain_forwarded_flows",
+			Help: "TCP connections of drained IPs forwarded to their previous owner in the last 2 minutes.",
+		}),
+		drainPackets: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "ironlb", Name: "drain_forwarded_packets",
+			Help: "Packets the current drains forwarded to previous owners (reset when a drain period ends).",
+		}),
 	}
 	// Every reason starts at 0: a series that appears at 1 has no increase to
 	// Prometheus, so the first failover of a kind would be invisible to increase()
@@ -102,6 +116,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		k8smetrics.Register(reg, &m.acting)
 		k8smetrics.Register(reg, &m.knownMembers)
 		k8smetrics.Register(reg, &m.dropped)
+		k8smetrics.Register(reg, &m.drainIPs)
+		k8smetrics.Register(reg, &m.drainFlows)
+		k8smetrics.Register(reg, &m.drainPackets)
 	}
 	return m
 }

@@ -36,8 +36,12 @@ type node struct {
 	gossip *gossip
 	prober *layer2.Prober
 	syn    *layer2.SYNProber // nil unless Services are tried (ProbeServices)
-	health *health
-	ml     *membership.List
+	// second forwards planned moves' connections to their previous owner;
+	// nil without memberlist (no prober to find that owner) or drains.
+	second     *secondChance
+	secondDone chan struct{}
+	health     *health
+	ml         *membership.List
 	// linksChanged is kicked by the announcer after a rescan that changed
 	// the links, for health (re-sync on carrier regain).
 	linksChanged chan struct{}
@@ -77,6 +81,8 @@ type nodeOptions struct {
 	KubeProxyHealthPort int
 	HealthyAfter        time.Duration
 	ProbeServices       bool
+	// DrainTimeout: see Options (zero: planned moves forward nothing).
+	DrainTimeout time.Duration
 
 	// Registerer receives the speaker's metrics (nil: none registered).
 	Registerer prometheus.Registerer
@@ -190,6 +196,15 @@ func (n *node) Start(ctx context.Context) error {
 		defer close(n.healthDone)
 		n.health.run(ctx)
 	}()
+	if n.opts.DrainTimeout > 0 {
+		n.second = newSecondChance(n.log.WithName("secondchance"), n.metrics, n.health.macsOf)
+		n.own.setDrains(n.opts.DrainTimeout, n.second.Set)
+		n.secondDone = make(chan struct{})
+		go func() {
+			defer close(n.secondDone)
+			n.second.run(ctx)
+		}()
+	}
 	return nil
 }
 
@@ -221,6 +236,9 @@ func (n *node) Stop() {
 		n.own.Stop()
 		if n.healthDone != nil {
 			<-n.healthDone // its probes are done with the prober
+		}
+		if n.secondDone != nil {
+			<-n.secondDone // its tables are removed
 		}
 		if n.prober != nil {
 			_ = n.prober.Close()

@@ -85,6 +85,11 @@ type Options struct {
 	// (delivery.go): a kube-proxy restarting with its rules in place then
 	// moves nothing, and a node whose pod network is cut loses its IPs.
 	ProbeServices bool
+	// DrainTimeout: after an IP moved to this node from a node that still
+	// delivers (a planned move), how long the TCP connections this node
+	// does not know keep going to that node (secondchance.go). Zero: no
+	// forwarding, such moves reset their connections.
+	DrainTimeout time.Duration
 
 	// Layer2 configures the announcer (GARP count and spacing, refresh,
 	// excluded interfaces, test seams). Registerer and NodeName are set here.
@@ -155,6 +160,7 @@ func (o *Options) nodeOptions() nodeOptions {
 		KubeProxyHealthPort: o.KubeProxyHealthPort,
 		HealthyAfter:        o.HealthyAfter,
 		ProbeServices:       o.ProbeServices,
+		DrainTimeout:        o.DrainTimeout,
 		DisableMemberlist:   o.DisableMemberlist,
 		Membership:          mo,
 		KeyFile:             keyFile,

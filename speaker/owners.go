@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -93,6 +94,21 @@ type owners struct {
 	changeNext int
 	// dropsSeen: the engine's drop counters when last exported.
 	dropsSeen ownership.DropCounts
+	// drains are the keys this node took over from a node whose data path
+	// was up, in their drain period (drainTimeout; 0: none): handoff gives
+	// them to the data path (secondChance), which forwards the connections
+	// this node does not know to that node. A key is drained only while
+	// this node owns it: a node that lost a key forwards nothing for it,
+	// so two nodes never hand a flow back and forth.
+	drains       map[string]drainEntry
+	drainTimeout time.Duration
+	handoff      func([]Drain)
+}
+
+// drainEntry is a planned move to this node in its drain period.
+type drainEntry struct {
+	from  string
+	until time.Time
 }
 
 func newOwners(log logr.Logger, self string, opts ownership.Options, ann announcer, m *metrics, rec recorder.EventRecorder) *owners {
@@ -108,6 +124,7 @@ func newOwners(log logr.Logger, self string, opts ownership.Options, ann announc
 		proxies:     map[string]proxied{},
 		macs:        map[string]map[string]net.HardwareAddr{},
 		unannounced: map[string]string{},
+		drains:      map[string]drainEntry{},
 	}
 }
 
@@ -255,6 +272,12 @@ func (o *owners) applyLocked(sc *scope, changes []ownership.Change) {
 	if o.proxyDirty {
 		o.refreshProxiesLocked()
 	}
+	// A planned move's forwarding is in place before this node answers for
+	// the IP: from the gratuitous ARP on, the connections it does not know
+	// arrive here, and each one that reached kube-proxy first would reset.
+	if o.noteDrainsLocked(changes, time.Now()) {
+		o.handDrainsLocked()
+	}
 	if len(sc.updates) > 0 {
 		o.ann.Apply(sc.updates)
 	}
@@ -287,6 +310,64 @@ func (o *owners) applyLocked(sc *scope, changes []ownership.Change) {
 	if len(mine) > 0 && o.broadcast != nil {
 		o.broadcast(mine)
 	}
+}
+
+// noteDrainsLocked starts a drain for each key this node takes over from a
+// node whose data path is up (a planned move: that node still holds the
+// connections' state), and ends those of keys it lost. It reports whether
+// the drains changed.
+func (o *owners) noteDrainsLocked(changes []ownership.Change, now time.Time) bool {
+	changed := false
+	for _, ch := range changes {
+		if ch.To == o.self && ch.From != "" && ch.From != o.self && o.drainTimeout > 0 {
+			if _, p := o.eng.Speaker(ch.From); p == ownership.PathUp {
+				o.drains[ch.Key] = drainEntry{from: ch.From, until: now.Add(o.drainTimeout)}
+				changed = true
+				continue
+			}
+		}
+		if _, ok := o.drains[ch.Key]; ok && ch.To != o.self {
+			delete(o.drains, ch.Key)
+			changed = true
+		}
+	}
+	return changed
+}
+
+// handDrainsLocked gives the data path the drains in effect, with the IPs of
+// their keys' Services; keys this node no longer serves are dropped.
+func (o *owners) handDrainsLocked() {
+	if o.handoff == nil {
+		return
+	}
+	out := make([]Drain, 0, len(o.drains))
+	for key, d := range o.drains {
+		if owner, serving := o.eng.Owner(key); owner != o.self || !serving {
+			delete(o.drains, key)
+			continue
+		}
+		var ips []netip.Addr
+		for svc := range o.byKey[key] {
+			if e := o.services[svc]; e != nil && e.in.Reason == "" {
+				ips = append(ips, e.in.IPs...)
+			}
+		}
+		if len(ips) == 0 {
+			continue
+		}
+		slices.SortFunc(ips, netip.Addr.Compare)
+		out = append(out, Drain{Key: key, From: d.from, IPs: slices.Compact(ips), Until: d.until, MACs: maps.Clone(o.macs[d.from])})
+	}
+	slices.SortFunc(out, func(a, b Drain) int { return strings.Compare(a.Key, b.Key) })
+	o.handoff(out)
+}
+
+// setDrains turns planned-move drains on (Start): keys taken over from a
+// node whose data path is up are drained for timeout, handed to handoff.
+func (o *owners) setDrains(timeout time.Duration, handoff func([]Drain)) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.drainTimeout, o.handoff = timeout, handoff
 }
 
 func (o *owners) servicesOfLocked(key string) []string {
@@ -640,6 +721,16 @@ func (o *owners) Tick(now time.Time) {
 			o.proxyDirty = true
 		}
 		o.updateGaugesLocked()
+		expired := false
+		for key, d := range o.drains {
+			if !now.Before(d.until) {
+				delete(o.drains, key)
+				expired = true
+			}
+		}
+		if expired {
+			o.handDrainsLocked()
+		}
 		if now.Sub(o.lastSweep) >= setSweepEvery {
 			o.sweepSetsLocked()
 			o.lastSweep = now

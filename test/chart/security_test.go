@@ -77,10 +77,18 @@ func mustUnmarshal(t *testing.T, doc string, into any) {
 
 // Every container of the chart runs under the RuntimeDefault seccomp profile, cannot
 // gain privileges, has a read-only root filesystem and drops every capability; only
-// the speaker adds one (NET_RAW), and only the speaker runs as root. The speaker's
-// probes use 127.0.0.1, where its health endpoint listens by default.
+// the speaker adds some (NET_RAW; NET_ADMIN for planned moves' second chance, not
+// with drainTimeout 0s), and only the speaker runs as root. The speaker's probes use
+// 127.0.0.1, where its health endpoint listens by default.
 func TestChartSecurityContexts(t *testing.T) {
-	pods := podSpecs(t, render(t))
+	t.Run("default", func(t *testing.T) { checkSecurityContexts(t, render(t), []corev1.Capability{"NET_RAW", "NET_ADMIN"}) })
+	t.Run("no second chance", func(t *testing.T) {
+		checkSecurityContexts(t, render(t, "--set", "speaker.ownership.drainTimeout=0s"), []corev1.Capability{"NET_RAW"})
+	})
+}
+
+func checkSecurityContexts(t *testing.T, rendered []byte, speakerAdds []corev1.Capability) {
+	pods := podSpecs(t, rendered)
 	for _, name := range []string{"Deployment/ironlb-controller", "DaemonSet/ironlb-speaker", "Job/ironlb-cleanup"} {
 		if _, ok := pods[name]; !ok {
 			t.Fatalf("the chart renders no %s (got %v)", name, slices.Collect(maps.Keys(pods)))
@@ -104,7 +112,7 @@ func TestChartSecurityContexts(t *testing.T) {
 			}
 			wantAdd := []corev1.Capability(nil)
 			if name == "DaemonSet/ironlb-speaker" {
-				wantAdd = []corev1.Capability{"NET_RAW"}
+				wantAdd = speakerAdds
 				for _, a := range c.Args {
 					if strings.HasPrefix(a, "--health-probe-host=") && a != "--health-probe-host=127.0.0.1" {
 						t.Errorf("speaker: %s exposes the health endpoint beyond loopback", a)

@@ -1,0 +1,194 @@
+package speaker
+
+import (
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/ironlb/ironlb/internal/election"
+	"github.com/ironlb/ironlb/internal/ownership"
+	"github.com/ironlb/ironlb/internal/secondchance"
+)
+
+// drainLog records what owners hands the data path.
+type drainLog struct {
+	mu   sync.Mutex
+	last []Drain
+	n    int
+}
+
+func (d *drainLog) set(v []Drain) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.last, d.n = v, d.n+1
+}
+
+func (d *drainLog) get() ([]Drain, int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.last, d.n
+}
+
+// TestPlannedMoveDrains: a key taken over from a node whose data path is up
+// (here: a configuration change makes the owner ineligible) is drained to
+// that node for the drain timeout; a failover (the owner's data path down)
+// drains nothing; the drain ends when the timeout runs out or when this
+// node loses the key.
+func TestPlannedMoveDrains(t *testing.T) {
+	nodes := []string{"w1", "w2", "w3"}
+	ip := "172.18.255.210"
+	rank := election.Rank(ip, nodes)
+	owner, next := rank[0], rank[1]
+	mac, _ := net.ParseMAC("02:42:ac:12:00:09")
+	o, ann := testOwners(t, next, logr.Discard(), nodes...)
+	var got drainLog
+	o.setDrains(time.Minute, got.set)
+	o.SetService("ns1/web", input(ip, nodes...), lbService(ip))
+	watchersVote(o, owner, ownership.PathUp, "eth0", mac)
+	if ann.announces("ns1/web") {
+		t.Fatalf("%s announces, %s (hash winner) should", next, owner)
+	}
+
+	// The owner's node leaves the advertisement: a planned move.
+	start := time.Now()
+	o.SetService("ns1/web", input(ip, next, rank[2]), lbService(ip))
+	if !ann.announces("ns1/web") {
+		t.Fatalf("%s did not take over when %s became ineligible", next, owner)
+	}
+	d, _ := got.get()
+	if len(d) != 1 || d[0].From != owner || !slices.Equal(d[0].IPs, []netip.Addr{netip.MustParseAddr(ip)}) ||
+		d[0].Until.Before(start.Add(time.Minute)) || d[0].Until.After(time.Now().Add(time.Minute)) {
+		t.Fatalf("drains after the planned move: %+v, want %s's IP drained to %s for a minute", d, ip, owner)
+	}
+	if m := d[0].MACs; m["eth0"].String() != mac.String() {
+		t.Fatalf("the drain carries %s's MACs %v, want eth0 %s", owner, m, mac)
+	}
+
+	// The drain runs out.
+	o.Tick(time.Now().Add(2 * time.Minute))
+	if d, _ := got.get(); len(d) != 0 {
+		t.Fatalf("drains after the timeout: %+v, want none", d)
+	}
+
+	// A failover: the owner's data path is down when the key moves.
+	o2, ann2 := testOwners(t, next, logr.Discard(), nodes...)
+	var got2 drainLog
+	o2.setDrains(time.Minute, got2.set)
+	o2.SetService("ns1/web", input(ip, nodes...), lbService(ip))
+	watchersVote(o2, owner, ownership.PathDown, "", nil)
+	if !ann2.announces("ns1/web") {
+		t.Fatalf("%s did not take over when %s's data path went down", next, owner)
+	}
+	if d, n := got2.get(); len(d) != 0 {
+		t.Fatalf("a failover drained (%d handoffs): %+v", n, d)
+	}
+
+	// Drained, then lost: the drain ends with the ownership.
+	o3, ann3 := testOwners(t, next, logr.Discard(), nodes...)
+	var got3 drainLog
+	o3.setDrains(time.Minute, got3.set)
+	o3.SetService("ns1/web", input(ip, nodes...), lbService(ip))
+	watchersVote(o3, owner, ownership.PathUp, "eth0", mac)
+	o3.SetService("ns1/web", input(ip, next, rank[2]), lbService(ip))
+	if d, _ := got3.get(); len(d) != 1 {
+		t.Fatalf("no drain after the planned move: %+v", d)
+	}
+	o3.SetService("ns1/web", input(ip, rank[2]), lbService(ip))
+	if ann3.announces("ns1/web") {
+		t.Fatalf("%s still announces after it became ineligible", next)
+	}
+	if d, _ := got3.get(); len(d) != 0 {
+		t.Fatalf("drains after losing the key: %+v, want none", d)
+	}
+}
+
+func TestForwardsOf(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	ip1, ip2 := netip.MustParseAddr("172.18.255.1"), netip.MustParseAddr("fc00::2")
+	macA, _ := net.ParseMAC("02:00:00:00:00:0a")
+	macB, _ := net.ParseMAC("02:00:00:00:00:0b")
+	macs := map[string]map[string]net.HardwareAddr{
+		"a": {"eth0": macA, "eth1": macA},
+		"b": {"eth0": macB},
+	}
+	for _, tc := range []struct {
+		name   string
+		drains []Drain
+		want   map[string][]secondchance.Forward
+	}{
+		{"none", nil, map[string][]secondchance.Forward{}},
+		{"every interface where the MAC is known", []Drain{{Key: "k", From: "a", IPs: []netip.Addr{ip1, ip2}, Until: now.Add(time.Minute)}},
+			map[string][]secondchance.Forward{
+				"eth0": {{VIP: ip1, OldMAC: macA}, {VIP: ip2, OldMAC: macA}},
+				"eth1": {{VIP: ip1, OldMAC: macA}, {VIP: ip2, OldMAC: macA}},
+			}},
+		{"expired", []Drain{{Key: "k", From: "a", IPs: []netip.Addr{ip1}, Until: now}}, map[string][]secondchance.Forward{}},
+		{"unknown MAC", []Drain{{Key: "k", From: "c", IPs: []netip.Addr{ip1}, Until: now.Add(time.Minute)}}, map[string][]secondchance.Forward{}},
+		{"moved twice: the later drain wins", []Drain{
+			{Key: "k", From: "a", IPs: []netip.Addr{ip1}, Until: now.Add(time.Minute)},
+			{Key: "k2", From: "b", IPs: []netip.Addr{ip1}, Until: now.Add(2 * time.Minute)},
+		}, map[string][]secondchance.Forward{
+			"eth0": {{VIP: ip1, OldMAC: macB}},
+			"eth1": {{VIP: ip1, OldMAC: macA}},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := forwardsOf(tc.drains, macs, now)
+			if len(got) != len(tc.want) {
+				t.Fatalf("forwardsOf = %v, want %v", got, tc.want)
+			}
+			for iface, w := range tc.want {
+				g := got[iface]
+				if len(g) != len(w) {
+					t.Fatalf("%s: %v, want %v", iface, g, w)
+				}
+				for i := range w {
+					if g[i].VIP != w[i].VIP || g[i].OldMAC.String() != w[i].OldMAC.String() {
+						t.Fatalf("%s: %v, want %v", iface, g, w)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestPlannedMoveRealHandoff wires owners to a real secondChance, as Start
+// does: the planned move's handoff runs under the ownership lock, so the
+// data path must never call back into owners (it once asked it for MACs
+// and the takeover deadlocked). The interface does not exist: programming
+// it fails and is logged, nothing touches this host's nftables.
+func TestPlannedMoveRealHandoff(t *testing.T) {
+	nodes := []string{"w1", "w2", "w3"}
+	ip := "172.18.255.211"
+	rank := election.Rank(ip, nodes)
+	owner, next := rank[0], rank[1]
+	mac, _ := net.ParseMAC("02:42:ac:12:00:0a")
+	o, ann := testOwners(t, next, logr.Discard(), nodes...)
+	sc := newSecondChance(logr.Discard(), newMetrics(nil), nil)
+	o.setDrains(time.Minute, sc.Set)
+	o.SetService("ns1/web", input(ip, nodes...), lbService(ip))
+	watchersVote(o, owner, ownership.PathUp, "ilb-absent0", mac)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		o.SetService("ns1/web", input(ip, next, rank[2]), lbService(ip))
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the planned move did not return in 30 s: the handoff to the data path deadlocked")
+	}
+	if !ann.announces("ns1/web") {
+		t.Fatalf("%s did not take over", next)
+	}
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if len(sc.want) != 1 || sc.want[0].MACs["ilb-absent0"].String() != mac.String() {
+		t.Fatalf("the data path got %+v, want one drain carrying %s's MAC", sc.want, owner)
+	}
+}
