@@ -235,8 +235,8 @@ func (r *serviceReconciler) setup(mgr ctrl.Manager) error {
 }
 
 // nodeChanged passes Node events that can change which nodes are eligible:
-// labels (node selectors, exclude label) and the NetworkUnavailable
-// condition, not the heartbeat-driven status churn. (Without memberlist the
+// labels (node selectors, exclude label), the drain annotation and the
+// NetworkUnavailable condition, not the heartbeat-driven status churn. (Without memberlist the
 // Ready condition is liveness: readyNodes follows it.)
 func nodeChanged() predicate.Predicate {
 	return predicate.Funcs{
@@ -246,7 +246,8 @@ func nodeChanged() predicate.Predicate {
 			if !ok1 || !ok2 {
 				return true
 			}
-			return !labels.Equals(o.Labels, n.Labels) || election.NetworkUnavailable(o) != election.NetworkUnavailable(n)
+			return !labels.Equals(o.Labels, n.Labels) || election.NetworkUnavailable(o) != election.NetworkUnavailable(n) ||
+				election.Drained(o) != election.Drained(n)
 		},
 	}
 }

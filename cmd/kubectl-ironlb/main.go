@@ -25,7 +25,7 @@ func main() {
 		SilenceErrors: true,
 		Version:       pluginVersion(),
 	}
-	root.AddCommand(statuscmd.NewCommand())
+	root.AddCommand(statuscmd.NewCommand(), statuscmd.NewDrainCommand(), statuscmd.NewUndrainCommand())
 	statuscmd.Main(root, "kubectl-ironlb")
 }
 

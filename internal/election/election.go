@@ -148,6 +148,9 @@ const (
 	// NodeExcludedByLabel: the node carries
 	// node.kubernetes.io/exclude-from-external-load-balancers.
 	NodeExcludedByLabel = "excludedByLabel"
+	// NodeDrained: the node carries the DrainAnnotation (kubectl ironlb
+	// drain): its IPs move off it as planned moves.
+	NodeDrained = "drained"
 	// NodeNoLocalEndpoint: externalTrafficPolicy Local and no ready endpoint
 	// of the Service runs on the node.
 	NodeNoLocalEndpoint = "noLocalEndpoint"
@@ -213,6 +216,8 @@ func nodeExclusion(in Input, ads []*config.L2Advertisement, local map[string]boo
 		return NodeNotSelected
 	case NetworkUnavailable(node):
 		return NodeNetworkUnavailable
+	case Drained(node):
+		return NodeDrained
 	case excluded(node, in.IgnoreExcludeLB):
 		return NodeExcludedByLabel
 	case local != nil && !local[name]:
@@ -313,7 +318,21 @@ func SelectsNode(ad *config.L2Advertisement, node *corev1.Node) bool {
 // unavailable and (unless ignoreExcludeLB) it does not carry the
 // exclude-from-external-load-balancers label, whatever its value.
 func Usable(node *corev1.Node, ignoreExcludeLB bool) bool {
-	return !NetworkUnavailable(node) && !excluded(node, ignoreExcludeLB)
+	return !NetworkUnavailable(node) && !Drained(node) && !excluded(node, ignoreExcludeLB)
+}
+
+// DrainAnnotation on a Node takes it out of every election while it is set
+// (any value but "false"): `kubectl ironlb drain` sets it, undrain removes
+// it. Its IPs move as planned moves, whose connections the new owners
+// forward to it for --drain-timeout, so that maintenance breaks none. An
+// annotation rather than the exclude label, which other load balancers and
+// cloud controllers read too.
+const DrainAnnotation = "ironlb.io/drain"
+
+// Drained reports whether node carries the DrainAnnotation.
+func Drained(node *corev1.Node) bool {
+	v, ok := node.Annotations[DrainAnnotation]
+	return ok && v != "false"
 }
 
 // NetworkUnavailable reports whether node's NetworkUnavailable condition is True.

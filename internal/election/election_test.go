@@ -300,6 +300,22 @@ func TestEligible(t *testing.T) {
 	}
 }
 
+// drainedW2 is ns with w2 drained (DrainAnnotation); "false" drains nothing.
+func drainedW2(ns map[string]*corev1.Node) map[string]*corev1.Node {
+	out := map[string]*corev1.Node{}
+	for name, n := range ns {
+		c := n.DeepCopy()
+		switch name {
+		case "w2":
+			c.Annotations = map[string]string{DrainAnnotation: "true"}
+		case "w4":
+			c.Annotations = map[string]string{DrainAnnotation: "false"}
+		}
+		out[name] = c
+	}
+	return out
+}
+
 // TestExplain: each node left out gets the reason an operator would fix.
 func TestExplain(t *testing.T) {
 	ready := []*discoveryv1.EndpointSlice{slice(ep{node: "w2", ready: ptr(true)})}
@@ -331,6 +347,12 @@ func TestExplain(t *testing.T) {
 			in: Input{Service: svc(corev1.ServiceExternalTrafficPolicyCluster, nil, nil), Pool: "p1", Advertisements: zoneA, Nodes: ns, EndpointSlices: ready,
 				IgnoreExcludeLB: true},
 			want: map[string]string{"w1": NodeNetworkUnavailable, "w3": NodeNotSelected},
+		},
+		{
+			name: "a drained node, even when the exclude label is ignored",
+			in: Input{Service: svc(corev1.ServiceExternalTrafficPolicyCluster, nil, nil), Pool: "p1", Advertisements: zoneA, Nodes: drainedW2(ns), EndpointSlices: ready,
+				IgnoreExcludeLB: true},
+			want: map[string]string{"w1": NodeNetworkUnavailable, "w2": NodeDrained, "w3": NodeNotSelected},
 		},
 		{
 			name: "no endpoints: the Service's reason, not the nodes'",

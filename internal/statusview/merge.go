@@ -422,6 +422,8 @@ func exclusionDetail(reason string) string {
 	switch reason {
 	case election.NodeExcludedByLabel:
 		return "node label " + corev1.LabelNodeExcludeBalancers
+	case election.NodeDrained:
+		return "node annotation " + election.DrainAnnotation + " (kubectl ironlb undrain NODE)"
 	case election.NodeNetworkUnavailable:
 		return "node condition NetworkUnavailable=True"
 	case election.NodeNoLocalEndpoint:

@@ -1,0 +1,184 @@
+package statuscmd
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/ironlb/ironlb/internal/election"
+)
+
+// drainOptions are the flags of drain and undrain.
+type drainOptions struct {
+	kubeconfig, kubeContext, ironlbNamespace string
+	wait                                     bool
+	timeout                                  time.Duration
+}
+
+var serviceL2Statuses = schema.GroupVersionResource{Group: "metallb.io", Version: "v1beta1", Resource: "servicel2statuses"}
+
+// NewDrainCommand is `kubectl ironlb drain NODE`: the node takes no IP any
+// more and its IPs move off it as planned moves.
+func NewDrainCommand() *cobra.Command {
+	o := drainOptions{}
+	cmd := &cobra.Command{
+		Use:   "drain NODE",
+		Short: "Move every LoadBalancer IP off a node without breaking its connections (maintenance)",
+		Long: `drain annotates the Node with ` + election.DrainAnnotation + `=true (automation can set the
+annotation itself): the node takes no IP any more and the IPs it announces move to other nodes
+as planned moves. Their new owners serve new connections at once and forward the TCP
+connections they do not know to the drained node, which still holds their state, for the
+speakers' --drain-timeout (5 minutes by default; the metric ironlb_drain_forwarded_flows
+counts them), so that none breaks. With --wait (the default) it prints the IPs still on the
+node until none is. "kubectl ironlb undrain NODE" makes the node eligible again.
+
+Cordon does not move IPs: a cordoned node still delivers its Services (kube-proxy runs on it).`,
+		Args:          cobra.ExactArgs(1),
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
+			defer cancel()
+			return drain(ctx, o, args[0], true, cmd.OutOrStdout())
+		},
+	}
+	o.flags(cmd, true)
+	return cmd
+}
+
+// NewUndrainCommand is `kubectl ironlb undrain NODE`.
+func NewUndrainCommand() *cobra.Command {
+	o := drainOptions{}
+	cmd := &cobra.Command{
+		Use:   "undrain NODE",
+		Short: "Make a drained node eligible for LoadBalancer IPs again",
+		Long: `undrain removes the ` + election.DrainAnnotation + ` annotation: the node takes new IPs again
+(IPs that moved off it stay where they are unless --failback=immediate).`,
+		Args:          cobra.ExactArgs(1),
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
+			defer cancel()
+			return drain(ctx, o, args[0], false, cmd.OutOrStdout())
+		},
+	}
+	o.flags(cmd, false)
+	return cmd
+}
+
+func (o *drainOptions) flags(cmd *cobra.Command, wait bool) {
+	f := cmd.Flags()
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
+	f.StringVar(&o.kubeContext, "context", "", "kubeconfig context (default: the current one)")
+	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up after this long")
+	if wait {
+		f.StringVar(&o.ironlbNamespace, "ironlb-namespace", DefaultNamespace, "namespace ironlb is installed in (its ServiceL2Status objects)")
+		f.BoolVar(&o.wait, "wait", true, "wait until no IP is announced from the node, printing the ones left")
+	}
+}
+
+func drain(ctx context.Context, o drainOptions, node string, on bool, out io.Writer) error {
+	fail := func(err error) error { return &ExitError{Code: 2, Err: err} }
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		&clientcmd.ClientConfigLoadingRules{ExplicitPath: o.kubeconfig, Precedence: clientcmd.NewDefaultClientConfigLoadingRules().Precedence},
+		&clientcmd.ConfigOverrides{CurrentContext: o.kubeContext}).ClientConfig()
+	if err != nil {
+		return fail(fmt.Errorf("kubeconfig: %w", err))
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	var value any // JSON null removes the annotation
+	if on {
+		value = "true"
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{election.DrainAnnotation: value}}})
+	if err != nil {
+		return fail(err)
+	}
+	if _, err := cs.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fail(fmt.Errorf("annotating node %q: %w", node, err))
+	}
+	if !on {
+		say(out, "node %s undrained: it takes LoadBalancer IPs again\n", node)
+		return nil
+	}
+	say(out, "node %s drained (%s=true): its IPs move to other nodes as planned moves\n", node, election.DrainAnnotation)
+	if !o.wait {
+		return nil
+	}
+	return waitDrained(ctx, cfg, o.ironlbNamespace, node, out)
+}
+
+// waitDrained polls the ServiceL2Status objects until none names node,
+// printing the Services still announced from it whenever they change.
+func waitDrained(ctx context.Context, cfg *rest.Config, ns, node string, out io.Writer) error {
+	dc, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return &ExitError{Code: 2, Err: err}
+	}
+	start, last := time.Now(), ""
+	for {
+		left, err := announcedFrom(ctx, dc, ns, node)
+		if err != nil {
+			return &ExitError{Code: 2, Err: fmt.Errorf("listing ServiceL2Statuses in %s: %w", ns, err)}
+		}
+		if len(left) == 0 {
+			say(out, "no IP is announced from %s any more (%s): their new owners forward the connections it still serves to it for their --drain-timeout\n",
+				node, time.Since(start).Round(100*time.Millisecond))
+			return nil
+		}
+		if s := strings.Join(left, ", "); s != last {
+			say(out, "%d Services still announced from %s: %s\n", len(left), node, s)
+			last = s
+		}
+		select {
+		case <-ctx.Done():
+			return &ExitError{Code: 1, Err: fmt.Errorf("%d Services still announced from %s when the --timeout ran out: see kubectl ironlb status", len(left), node)}
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// announcedFrom returns the Services (namespace/name) whose ServiceL2Status
+// names node, sorted.
+func announcedFrom(ctx context.Context, dc dynamic.Interface, ns, node string) ([]string, error) {
+	l, err := dc.Resource(serviceL2Statuses).Namespace(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, it := range l.Items {
+		n, _, _ := unstructured.NestedString(it.Object, "status", "node")
+		if n != node {
+			continue
+		}
+		sns, _, _ := unstructured.NestedString(it.Object, "status", "serviceNamespace")
+		sn, _, _ := unstructured.NestedString(it.Object, "status", "serviceName")
+		out = append(out, sns+"/"+sn)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// say prints one progress line; a closed output does not stop the drain,
+// which the annotation has already started.
+func say(out io.Writer, format string, args ...any) {
+	_, _ = fmt.Fprintf(out, format, args...)
+}
