@@ -254,11 +254,11 @@ $(LOCALBIN):
 # The Kubernetes binaries are built from k8s.io/kubernetes at KUBE_VERSION (hack/tools/go.mod);
 # a stamp file records the version so a bump rebuilds them. With ironlb's GO_BUILD flags and
 # the shared modules at go.mod's versions (hack/check-shared-deps.sh, in verify-gen), ironlb's
-# binaries reuse their compiled client-go, apimachinery and the rest from the build cache. Cold build: ~8 min on 2 cores (docs/benchmarks.md).
+# binaries reuse their compiled client-go, apimachinery and the rest from the build cache. Cold build: ~8-10 min on 2 cores (docs/benchmarks.md).
 KUBE_STAMP := $(LOCALBIN)/.kube-$(KUBE_VERSION)
 $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)): $(KUBE_STAMP)
 $(KUBE_STAMP): hack/tools/go.mod hack/tools/go.sum | $(LOCALBIN)
-	@echo ">> building Kubernetes $(KUBE_VERSION) binaries into $(LOCALBIN) (cold: ~8 min on 2 cores)"
+	@echo ">> building Kubernetes $(KUBE_VERSION) binaries into $(LOCALBIN) (cold: ~8-10 min on 2 cores)"
 	cd hack/tools && $(GO_BUILD) -ldflags "-s -w \
 		-X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
 		-X k8s.io/component-base/version.gitMajor=1 \
