@@ -45,7 +45,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		ownerChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "ironlb", Name: "owner_changes_total",
-			Help: "Ownership changes of Service IPs this node saw, by reason (placed, ownerDataPathDown, ownerUnhealthy, ownerIneligible, holdExpired, failback, learned).",
+			Help: "Ownership changes of Service IPs this node saw, by reason (placed, ownerDataPathDown, ownerUnhealthy, ownerIneligible, holdExpired, failback, rebalance, learned).",
 		}, []string{"reason"}),
 		ownedMax: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "ironlb", Name: "owned_ips_max",

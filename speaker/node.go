@@ -83,6 +83,8 @@ type nodeOptions struct {
 	ProbeServices       bool
 	// DrainTimeout: see Options (zero: planned moves forward nothing).
 	DrainTimeout time.Duration
+	// RebalanceRate: see Options (zero: no rebalancing).
+	RebalanceRate int
 
 	// Registerer receives the speaker's metrics (nil: none registered).
 	Registerer prometheus.Registerer
@@ -124,6 +126,9 @@ func newNode(log logr.Logger, opts nodeOptions) (*node, error) {
 		opts.Ownership.Failback, opts.Ownership.Hold = ownership.FailbackImmediate, 0
 	}
 	n.own = newOwners(log.WithName("ownership"), opts.Name, opts.Ownership, n.ann, n.metrics, opts.Recorder)
+	if opts.RebalanceRate > 0 {
+		n.own.setRebalance(time.Minute / time.Duration(opts.RebalanceRate))
+	}
 	if opts.Status != nil {
 		n.own.status = opts.Status
 	}

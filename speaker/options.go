@@ -90,6 +90,10 @@ type Options struct {
 	// does not know keep going to that node (secondchance.go). Zero: no
 	// forwarding, such moves reset their connections.
 	DrainTimeout time.Duration
+	// RebalanceRate: how many of its IPs a node may give away per minute to
+	// nodes owning at least two fewer (planned moves, so the spread that
+	// failures left comes back); 0: never.
+	RebalanceRate int
 
 	// Layer2 configures the announcer (GARP count and spacing, refresh,
 	// excluded interfaces, test seams). Registerer and NodeName are set here.
@@ -161,6 +165,7 @@ func (o *Options) nodeOptions() nodeOptions {
 		HealthyAfter:        o.HealthyAfter,
 		ProbeServices:       o.ProbeServices,
 		DrainTimeout:        o.DrainTimeout,
+		RebalanceRate:       o.RebalanceRate,
 		DisableMemberlist:   o.DisableMemberlist,
 		Membership:          mo,
 		KeyFile:             keyFile,

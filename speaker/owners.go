@@ -103,6 +103,10 @@ type owners struct {
 	drains       map[string]drainEntry
 	drainTimeout time.Duration
 	handoff      func([]Drain)
+	// rebalanceEvery paces Rebalance: one key given away at most this
+	// often (0: never); lastRebalance is when the last one was tried.
+	rebalanceEvery time.Duration
+	lastRebalance  time.Time
 }
 
 // drainEntry is a planned move to this node in its drain period.
@@ -360,6 +364,15 @@ func (o *owners) handDrainsLocked() {
 	}
 	slices.SortFunc(out, func(a, b Drain) int { return strings.Compare(a.Key, b.Key) })
 	o.handoff(out)
+}
+
+// setRebalance makes this node give one of its keys away at most every
+// every, to a node owning at least two fewer (ownership.Engine.Rebalance): a
+// planned move, drained by the new owner. Zero: never.
+func (o *owners) setRebalance(every time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.rebalanceEvery = every
 }
 
 // setDrains turns planned-move drains on (Start): keys taken over from a
@@ -717,6 +730,10 @@ func (o *owners) VotesBy(watcher string) []ownership.Vote {
 func (o *owners) Tick(now time.Time) {
 	o.do(func(sc *scope) []ownership.Change {
 		changes := o.eng.Tick(now)
+		if o.rebalanceEvery > 0 && now.Sub(o.lastRebalance) >= o.rebalanceEvery {
+			o.lastRebalance = now
+			changes = append(changes, o.eng.Rebalance(1)...)
+		}
 		if len(changes) > 0 {
 			o.proxyDirty = true
 		}

@@ -150,6 +150,9 @@ MetalLB speaker Pod spec works unchanged.`,
 	f.DurationVar(&o.HoldTime, "hold-time", 30*time.Second,
 		"how long a node whose speaker is away (restart, crash, freeze) keeps its IPs while its kernel still answers ARP/NDP for its own address; "+
 			"another speaker answers for it with its MAC meanwhile. 0: IPs move as soon as the speaker is gone, as in MetalLB")
+	f.IntVar(&o.RebalanceRate, "rebalance-rate", 0,
+		"how many of its IPs a node may give away per minute to nodes owning at least two fewer, as planned moves (drained: TCP connections do not break), "+
+			"so that the spread failures left comes back; 0: never (IPs stay where failures put them; UDP flows would break at a move)")
 	f.DurationVar(&o.DrainTimeout, "drain-timeout", speaker.DefaultDrainTimeout,
 		"after an IP moved to this node from a node that still delivers (a planned move: a configuration change, the exclude label), how long the TCP connections "+
 			"this node did not see start keep going to that node, which holds their state (second chance); new connections are served here at once. 0: such moves reset their connections")

@@ -52,13 +52,16 @@ const (
 	ReasonFailback Reason = "failback"
 	// ReasonLearned: a newer claim arrived from a peer.
 	ReasonLearned Reason = "learned"
+	// ReasonRebalance: the owner gave the key to a node holding at least two
+	// fewer (Rebalance), a planned move.
+	ReasonRebalance Reason = "rebalance"
 )
 
 // AllReasons lists every Reason, for exporting the counters (each series
 // starts at 0).
 func AllReasons() []Reason {
 	return []Reason{ReasonPlaced, ReasonOwnerDown, ReasonOwnerUnhealthy, ReasonOwnerIneligible,
-		ReasonHoldExpired, ReasonFailback, ReasonLearned}
+		ReasonHoldExpired, ReasonFailback, ReasonLearned, ReasonRebalance}
 }
 
 // Change is one key changing owner.
@@ -689,6 +692,36 @@ func (e *Engine) awaitsJudgement(elig *NodeSet) bool {
 		}
 	}
 	return false
+}
+
+// Rebalance moves up to n of the keys this node (Self) owns to the nodes
+// that can take them and own at least two fewer keys: the spread that
+// failures left (without failback, the IPs of a failed node stay on the
+// survivors) comes back by planned moves, which the new owners drain to this
+// node, so no connection breaks. Only an owner gives keys away, never takes
+// them, so that replicas acting at once cannot move one key twice; a key
+// goes only to a node of the same or a higher preference score (the
+// least-loaded rule's first criterion), and never with FailbackImmediate,
+// where the hash winner owns every key. Keys are tried in sorted order;
+// Rebalance returns the changes, to be broadcast like any decision.
+func (e *Engine) Rebalance(n int) []Change {
+	self := e.opts.Self
+	if n <= 0 || e.opts.Failback == FailbackImmediate || !e.synced || !e.Acting() || !e.placeable(self) {
+		return nil
+	}
+	var out []Change
+	for _, k := range e.Owned(self) {
+		if len(out) >= n {
+			break
+		}
+		elig := e.keys[k]
+		to := e.leastLoaded(k, elig)
+		if to == "" || to == self || elig.Score(to) < elig.Score(self) || len(e.owned[to])+2 > len(e.owned[self]) {
+			continue
+		}
+		out = append(out, e.transition(k, e.claims[k], to, ReasonRebalance))
+	}
+	return e.settle(out)
 }
 
 // judgementWaitEnded reports whether the AwaitJudgement wait for a node

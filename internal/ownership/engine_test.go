@@ -420,3 +420,60 @@ func votePath(e *Engine, node string, p Path) []Change {
 }
 
 var voteSeq uint64
+
+// TestRebalance: the keys a failure piled on one node go back to the others
+// by its own planned moves, n at a time, until no node owns two more than
+// another; never to a node of a lower preference score, never with
+// FailbackImmediate, never from a replica that does not act.
+func TestRebalance(t *testing.T) {
+	keys := []string{"k1", "k2", "k3", "k4", "k5", "k6", "k7", "k8"}
+	// a alone places every key; b, c, d join later and, without failback,
+	// take none (with FailbackImmediate they take those they win).
+	start := func(t *testing.T, opts Options, scores map[string]int64) *Engine {
+		e, _ := cluster(t, "a", opts, "a")
+		all := NewInterner().Intern([]string{"a", "b", "c", "d"}, scores)
+		for _, k := range keys {
+			e.SetKey(k, all)
+		}
+		for _, n := range []string{"b", "c", "d"} {
+			e.SetSpeaker(n, SpeakerAlive, t0)
+		}
+		if got := len(e.Owned("a")); got != len(keys) && opts.Failback != FailbackImmediate {
+			t.Fatalf("a owns %d keys before rebalancing, want %d", got, len(keys))
+		}
+		return e
+	}
+	loads := func(e *Engine) map[string]int {
+		out := map[string]int{}
+		for _, n := range []string{"a", "b", "c", "d"} {
+			out[n] = len(e.Owned(n))
+		}
+		return out
+	}
+
+	e := start(t, Options{}, nil)
+	if c := e.Rebalance(1); len(c) != 1 || c[0].From != "a" || c[0].Reason != ReasonRebalance {
+		t.Fatalf("Rebalance(1) = %v, want one key moved off a", c)
+	}
+	for range 10 {
+		e.Rebalance(1)
+	}
+	if l := loads(e); l["a"] != 2 || l["b"] != 2 || l["c"] != 2 || l["d"] != 2 {
+		t.Fatalf("loads after rebalancing %v, want 2 each", l)
+	}
+	if c := e.Rebalance(100); len(c) != 0 {
+		t.Fatalf("a balanced cluster rebalanced: %v", c)
+	}
+
+	if c := start(t, Options{Failback: FailbackImmediate}, nil).Rebalance(100); len(c) != 0 {
+		t.Fatalf("FailbackImmediate rebalanced: %v", c)
+	}
+	if c := start(t, Options{}, map[string]int64{"a": 10}).Rebalance(100); len(c) != 0 {
+		t.Fatalf("keys left a, the preferred node: %v", c)
+	}
+	e = start(t, Options{}, nil)
+	e.SetTrusted(false)
+	if c := e.Rebalance(100); len(c) != 0 {
+		t.Fatalf("a replica that does not act rebalanced: %v", c)
+	}
+}
