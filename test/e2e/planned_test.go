@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -119,6 +120,191 @@ func (e *Env) plannedMove(t *testing.T, name, ip string, move func(t *testing.T,
 	}
 	if k := rep.KeepAlive; k.Broken != 0 {
 		t.Errorf("%d breaks of the %d keep-alive connections opened before the move (target 0; %s)", k.Broken, len(k.Conns), breakKinds(k))
+	}
+	if n := rep.NewConns; n.Failed != 0 {
+		t.Errorf("%d of %d new connections failed (target 0): %v", n.Failed, n.Total, n.Failures)
+	}
+	requireEachConnServed(t, f.name, rep)
+}
+
+// TestRebalanceAfterRestore: with --rebalance-rate, the IPs a node kill
+// moved onto the survivors go back to the restored node by planned moves:
+// it takes its share back, and no connection through an IP that moved
+// back breaks (the keep-alive connections were opened while the node was
+// down, through the survivors, which the new owner forwards them to).
+func TestRebalanceAfterRestore(t *testing.T) {
+	e := requireEnv(t)
+	killer, ok := e.Hosts.(NodeKiller)
+	if !ok {
+		t.Skip("these hosts cannot kill a node (the lab can)")
+	}
+	applyWalkthrough(t, e)
+	tp := e.topology(t)
+	workers := without(tp.nodes, tp.controlPlane)
+	victim := workers[len(workers)-1]
+	survivors := without(workers, victim)
+	dumpOnFailure(t, e, func() []string { return workers })
+	e.setChartValues(t, "speaker.ownership.rebalanceRate=30")
+
+	// Six Services of a workers-only pool, backends on the survivors (so
+	// that the kill takes no backend away).
+	const name = "e2e-rebalance"
+	e.createL2Pool(t, name, name, "172.18.254.168/29", true)
+	for _, w := range survivors {
+		e.create(t, whoamiPod(name+"-"+w, name, w))
+	}
+	var svcs, ips []string
+	for i := range 6 {
+		s := fmt.Sprintf("%s-%d", name, i)
+		svc := lbService(s, name, "")
+		svc.Annotations["metallb.io/address-pool"] = name
+		singleStack(svc, corev1.IPv4Protocol)
+		e.create(t, svc)
+		svcs = append(svcs, s)
+	}
+	for _, s := range svcs {
+		ips = append(ips, e.waitIngressIP(t, "default", s))
+		e.waitAnnouncer(t, "default", s, "")
+	}
+	spread := func() map[string]int {
+		out := map[string]int{}
+		for _, s := range svcs {
+			nodes, err := e.announcers(context.Background(), "default", s)
+			if err == nil && len(nodes) == 1 {
+				out[nodes[0]]++
+			}
+		}
+		return out
+	}
+	t.Logf("spread before the kill: %v", spread())
+
+	restored := false
+	t.Cleanup(func() {
+		if !restored {
+			_ = killer.RestoreNode(context.Background(), victim)
+		}
+	})
+	speakerBefore := containerID(e.speakerPodObj(t, victim), "speaker")
+	if err := killer.KillNode(ctxT(t), victim); err != nil {
+		t.Fatalf("killing %s: %v", victim, err)
+	}
+	poll(t, 2*time.Minute, "every Service announced from a survivor", func() (bool, string) {
+		sp := spread()
+		return sp[victim] == 0 && sp[survivors[0]]+sp[survivors[1]] == len(svcs), fmt.Sprintf("spread %v", sp)
+	})
+	t.Logf("spread with %s down: %v", victim, spread())
+	for _, ip := range ips {
+		e.waitServing(t, ip)
+	}
+	// The traffic starts now, through the survivors: what moves back to
+	// the victim must be forwarded to them.
+	var trs []*traffic
+	for _, ip := range ips {
+		trs = append(trs, e.startTrafficEvery(t, ip, 100*time.Millisecond))
+	}
+	if err := killer.RestoreNode(ctxT(t), victim); err != nil {
+		t.Fatalf("restoring %s: %v", victim, err)
+	}
+	restored = true
+	e.waitSpeakerRestarted(t, victim, speakerBefore)
+	// The spread is even again: the victim took its share back, and
+	// nothing moved for three rebalance periods (every node's load, the
+	// walkthrough's IPs included, is what is balanced, so the victim's
+	// share of these six is 1 to 3).
+	start := time.Now()
+	last, stable := "", time.Time{}
+	poll(t, 2*time.Minute, "the victim's share back and the spread stable for 6 s", func() (bool, string) {
+		sp := spread()
+		cur := fmt.Sprint(sp)
+		if cur != last {
+			last, stable = cur, time.Now()
+		}
+		return sp[victim] >= 1 && sp[victim]+sp[survivors[0]]+sp[survivors[1]] == len(svcs) && time.Since(stable) >= 6*time.Second,
+			"spread " + cur
+	})
+	t.Logf("spread even again %v after %s's speaker restarted: %v", time.Since(start).Round(100*time.Millisecond), victim, spread())
+	for i, tr := range trs {
+		rep := tr.stop(t)
+		if k := rep.KeepAlive; k.Broken != 0 {
+			t.Errorf("%s: %d breaks of the %d keep-alive connections (target 0; %s)", ips[i], k.Broken, len(k.Conns), breakKinds(k))
+		}
+		if n := rep.NewConns; n.Failed != 0 {
+			t.Errorf("%s: %d of %d new connections failed (target 0): %v", ips[i], n.Failed, n.Total, n.Failures)
+		}
+		requireEachConnServed(t, ips[i], rep)
+	}
+}
+
+// setChartValues upgrades the release with --set values for the rest of the
+// test, and back to the chart's defaults after it (both roll the speakers,
+// which moves nothing).
+func (e *Env) setChartValues(t *testing.T, values ...string) {
+	t.Helper()
+	args := []string{"--kubeconfig", e.Kubeconfig, "upgrade", "--install", Release, filepath.Join(e.Root, "charts", "ironlb"), "-n", Namespace}
+	for _, v := range values {
+		args = append(args, "--set", v)
+	}
+	if out, err := e.run(ctxT(t), e.Helm, args...); err != nil {
+		t.Fatalf("helm upgrade --set %v: %v\n%s", values, err, out)
+	}
+	t.Cleanup(func() {
+		if err := e.install(context.Background()); err != nil {
+			t.Errorf("back to the chart's defaults: %v", err)
+		}
+	})
+	if err := e.waitReady(ctxT(t), 3*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFailbackImmediateReturn: with --failback=immediate (MetalLB's
+// behaviour), a restored node takes its IP back at once: a planned move
+// from the node that took it over, drained, so the connections opened
+// while it was down do not break. (The kill itself breaks the connections
+// through it once: nobody holds their state any more.)
+func TestFailbackImmediateReturn(t *testing.T) {
+	e := requireEnv(t)
+	killer, ok := e.Hosts.(NodeKiller)
+	if !ok {
+		t.Skip("these hosts cannot kill a node (the lab can)")
+	}
+	applyWalkthrough(t, e)
+	e.setChartValues(t, "speaker.ownership.failback=immediate")
+	f := e.newLBFixture(t, "e2e-pm-failback", "172.18.254.163")
+	victim := f.owner
+	dumpOnFailure(t, e, func() []string { return f.workers })
+	if w := election.Rank(f.ip, f.workers)[0]; w != victim {
+		t.Fatalf("with failback=immediate %s should be announced from the hash winner %s, not %s", f.ip, w, victim)
+	}
+	restored := false
+	t.Cleanup(func() {
+		if !restored {
+			_ = killer.RestoreNode(context.Background(), victim)
+		}
+	})
+	speakerBefore := containerID(e.speakerPodObj(t, victim), "speaker")
+	if err := killer.KillNode(ctxT(t), victim); err != nil {
+		t.Fatalf("killing %s: %v", victim, err)
+	}
+	next := election.Rank(f.ip, without(f.workers, victim))[0]
+	e.waitFailedOver(t, f, next)
+
+	// Connections opened through the node that took over, then the return.
+	tr, mv := e.observe(t, f, next)
+	if err := killer.RestoreNode(ctxT(t), victim); err != nil {
+		t.Fatalf("restoring %s: %v", victim, err)
+	}
+	restored = true
+	e.waitSpeakerRestarted(t, victim, speakerBefore)
+	e.waitFailedOver(t, f, victim)
+	time.Sleep(settle)
+	rep, c := tr.stop(t), mv.stop(t)
+	t.Logf("announcers: %s", c)
+	if c.StatusMoves != 1 || c.Last != victim {
+		t.Errorf("want exactly one move, back to %s: %d ServiceL2Status moves, last to %s", victim, c.StatusMoves, c.Last)
+	}
+	if k := rep.KeepAlive; k.Broken != 0 {
+		t.Errorf("%d breaks of the %d keep-alive connections opened before the return (target 0; %s)", k.Broken, len(k.Conns), breakKinds(k))
 	}
 	if n := rep.NewConns; n.Failed != 0 {
 		t.Errorf("%d of %d new connections failed (target 0): %v", n.Failed, n.Total, n.Failures)

@@ -90,11 +90,18 @@ type traffic struct {
 // connection has been answered once.
 func (e *Env) startTraffic(t testing.TB, ip string) *traffic {
 	t.Helper()
+	return e.startTrafficEvery(t, ip, 20*time.Millisecond)
+}
+
+// startTrafficEvery is startTraffic with a new connection every interval
+// (several IPs at once: the client has two cores too).
+func (e *Env) startTrafficEvery(t testing.TB, ip string, interval time.Duration) *traffic {
+	t.Helper()
 	if e.Probe == "" {
 		t.Skip("no e2e-probe on the client (E2E_PROBE)")
 	}
 	tr := &traffic{readyFile: newStopFile() + "-ready"}
-	tr.loop = e.runProbe("--url", serviceURL(ip), "--interval", "20ms", "--timeout", "1s",
+	tr.loop = e.runProbe("--url", serviceURL(ip), "--interval", interval.String(), "--timeout", "1s",
 		"--keepalive", fmt.Sprint(keepAliveConns), "--keepalive-interval", "100ms", "--ready-file", tr.readyFile)
 	// A test that fails before stop leaves no probe running on the client.
 	t.Cleanup(func() { _ = tr.loop.end() }) // after stop: a no-op; before: the test has failed already
