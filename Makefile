@@ -7,7 +7,8 @@ SHELL := /usr/bin/env bash -o pipefail
 ## Versions (one Kubernetes minor for client libraries and test binaries).
 KUBE_VERSION ?= v1.37.1
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
-HELM_VERSION ?= v3.22.0
+# helm's version is hack/tools/go.mod's (built there, see $(HELM)).
+HELM_VERSION = $(shell awk '/helm.sh\/helm\/v3 /{print $$2}' hack/tools/go.mod)
 GOLANGCI_LINT_VERSION ?= v2.15.0
 ACTIONLINT_VERSION ?= v1.7.12
 
@@ -300,8 +301,12 @@ endef
 bin/controller-gen: $(CONTROLLER_GEN)
 $(CONTROLLER_GEN): | $(LOCALBIN)
 	$(call go-install-tool,$(CONTROLLER_GEN),sigs.k8s.io/controller-tools/cmd/controller-gen,$(CONTROLLER_TOOLS_VERSION))
-$(HELM): | $(LOCALBIN)
-	$(call go-install-tool,$(HELM),helm.sh/helm/v3/cmd/helm,$(HELM_VERSION))
+# helm is built in hack/tools beside the Kubernetes binaries, from the same k8s.io modules
+# with the same flags, so it shares their build cache (go install would build its own).
+$(HELM): hack/tools/go.mod hack/tools/go.sum | $(LOCALBIN)
+	@echo ">> building helm $(HELM_VERSION) into $(LOCALBIN) (hack/tools)"
+	rm -f $(HELM)
+	cd hack/tools && $(GO_BUILD) -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION)" -o $(HELM) helm.sh/helm/v3/cmd/helm
 $(GOLANGCI_LINT): | $(LOCALBIN)
 	$(call go-install-tool,$(GOLANGCI_LINT),github.com/golangci/golangci-lint/v2/cmd/golangci-lint,$(GOLANGCI_LINT_VERSION))
 $(ACTIONLINT): | $(LOCALBIN)
