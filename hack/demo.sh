@@ -34,7 +34,7 @@ ironlb() {
 		build_step ironlb "the lab command, ironlb and the kubectl plugin (bin/kubectl-ironlb)" lab build &&
 		if [ "${LAB_PROMETHEUS:-}" = 1 ]; then build_step ironlb "Prometheus (LAB_PROMETHEUS=1)" prometheus; fi
 }
-build_chains "cold: ~10 min, Kubernetes the longest part" kubernetes ironlb
+build_chains "cold: ~9 min, Kubernetes the longest part" kubernetes ironlb
 # The lab's nodes run ironlb from this image (bin/image/oci), as a cluster would pull it.
 IMAGE_ID="ghcr.io/ironlb/ironlb@$(cat bin/image/digest)"
 step "image: $IMAGE_ID"
