@@ -19,6 +19,7 @@ import (
 	"github.com/ironlb/ironlb/internal/layer2"
 	"github.com/ironlb/ironlb/internal/ownership"
 	"github.com/ironlb/ironlb/internal/statusview"
+	"github.com/ironlb/ironlb/internal/textlimit"
 )
 
 // announcer is what the speaker needs from layer2.Announcer.
@@ -107,6 +108,10 @@ type owners struct {
 	// often (0: never); lastRebalance is when the last one was tried.
 	rebalanceEvery time.Duration
 	lastRebalance  time.Time
+	// rebalanceAsked is the last RebalanceAnnotation seen on this node, and
+	// rebalanceUntil the end of the burst it asked for.
+	rebalanceAsked string
+	rebalanceUntil time.Time
 }
 
 // drainEntry is a planned move to this node in its drain period.
@@ -373,6 +378,39 @@ func (o *owners) setRebalance(every time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.rebalanceEvery = every
+}
+
+// Asked rebalancing (election.RebalanceAnnotation): one key a second for a
+// minute from the annotation's time; an older request is ignored (a
+// restarted speaker reading an annotation set long ago).
+const (
+	rebalanceBurstEvery = time.Second
+	rebalanceBurst      = time.Minute
+)
+
+// RequestRebalance takes this node's RebalanceAnnotation (RFC 3339 time;
+// "" none): a new value within the last rebalanceBurst starts a burst of
+// rebalancing until rebalanceBurst after it. A value that does not parse
+// is logged once.
+func (o *owners) RequestRebalance(value string, now time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if value == o.rebalanceAsked {
+		return
+	}
+	o.rebalanceAsked = value
+	if value == "" {
+		return
+	}
+	at, err := time.Parse(time.RFC3339, value)
+	if err != nil {
+		o.log.Info("ignoring the rebalance annotation: not an RFC 3339 time", "annotation", election.RebalanceAnnotation, "value", textlimit.Quote(value))
+		return
+	}
+	if until := at.Add(rebalanceBurst); now.Before(until) {
+		o.rebalanceUntil = until
+		o.log.Info("rebalancing asked: giving IPs to nodes owning two fewer, one a second", "until", until.UTC().Format(time.RFC3339))
+	}
 }
 
 // setDrains turns planned-move drains on (Start): keys taken over from a
@@ -730,7 +768,11 @@ func (o *owners) VotesBy(watcher string) []ownership.Vote {
 func (o *owners) Tick(now time.Time) {
 	o.do(func(sc *scope) []ownership.Change {
 		changes := o.eng.Tick(now)
-		if o.rebalanceEvery > 0 && now.Sub(o.lastRebalance) >= o.rebalanceEvery {
+		every := o.rebalanceEvery
+		if now.Before(o.rebalanceUntil) {
+			every = rebalanceBurstEvery
+		}
+		if every > 0 && now.Sub(o.lastRebalance) >= every {
 			o.lastRebalance = now
 			changes = append(changes, o.eng.Rebalance(1)...)
 		}

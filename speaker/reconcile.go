@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -157,6 +158,9 @@ func (r *serviceReconciler) reconcile(ctx context.Context, req reconcile.Request
 	if err != nil {
 		return err
 	}
+	if self := snap.Nodes[snap.Self]; self != nil {
+		r.own.RequestRebalance(self.Annotations[election.RebalanceAnnotation], time.Now())
+	}
 	r.own.SetService(key, Inputs(snap, svc, eps), svc)
 	return nil
 }
@@ -235,8 +239,8 @@ func (r *serviceReconciler) setup(mgr ctrl.Manager) error {
 }
 
 // nodeChanged passes Node events that can change which nodes are eligible:
-// labels (node selectors, exclude label), the drain annotation and the
-// NetworkUnavailable condition, not the heartbeat-driven status churn. (Without memberlist the
+// labels (node selectors, exclude label), the drain and rebalance
+// annotations and the NetworkUnavailable condition, not the heartbeat-driven status churn. (Without memberlist the
 // Ready condition is liveness: readyNodes follows it.)
 func nodeChanged() predicate.Predicate {
 	return predicate.Funcs{
@@ -247,7 +251,8 @@ func nodeChanged() predicate.Predicate {
 				return true
 			}
 			return !labels.Equals(o.Labels, n.Labels) || election.NetworkUnavailable(o) != election.NetworkUnavailable(n) ||
-				election.Drained(o) != election.Drained(n)
+				election.Drained(o) != election.Drained(n) ||
+				o.Annotations[election.RebalanceAnnotation] != n.Annotations[election.RebalanceAnnotation]
 		},
 	}
 }

@@ -1,6 +1,7 @@
 package speaker
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"slices"
@@ -190,5 +191,44 @@ func TestPlannedMoveRealHandoff(t *testing.T) {
 	defer sc.mu.Unlock()
 	if len(sc.want) != 1 || sc.want[0].MACs["ilb-absent0"].String() != mac.String() {
 		t.Fatalf("the data path got %+v, want one drain carrying %s's MAC", sc.want, owner)
+	}
+}
+
+// TestRequestRebalance: the rebalance annotation starts a burst of one key a
+// second on a node whose --rebalance-rate is 0; the same value again, or
+// one older than the burst, starts nothing.
+func TestRequestRebalance(t *testing.T) {
+	o, _ := testOwners(t, "a", logr.Discard(), "a")
+	for i := range 6 {
+		ip := fmt.Sprintf("172.18.255.%d", 20+i)
+		o.SetService(fmt.Sprintf("ns1/s%d", i), input(ip, "a", "b", "c"), lbService(ip))
+	}
+	now := time.Now()
+	for _, n := range []string{"b", "c"} {
+		o.SetSpeaker(n, ownership.SpeakerAlive, now)
+	}
+	owned := func() int {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		return len(o.eng.Owned("a"))
+	}
+	if owned() != 6 {
+		t.Fatalf("a owns %d keys, want all 6 before rebalancing", owned())
+	}
+	o.Tick(now.Add(time.Second))
+	if owned() != 6 {
+		t.Fatalf("a gave keys away with --rebalance-rate 0 and no request: owns %d", owned())
+	}
+	o.RequestRebalance(now.Add(-2*rebalanceBurst).UTC().Format(time.RFC3339), now)
+	o.Tick(now.Add(2 * time.Second))
+	if owned() != 6 {
+		t.Fatalf("an old request rebalanced: a owns %d", owned())
+	}
+	o.RequestRebalance(now.UTC().Format(time.RFC3339), now)
+	for i := range 10 {
+		o.Tick(now.Add(time.Duration(3+i) * time.Second))
+	}
+	if got := owned(); got != 2 {
+		t.Fatalf("after a requested burst a owns %d keys, want 2 (6 over a, b, c)", got)
 	}
 }

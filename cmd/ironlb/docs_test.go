@@ -69,6 +69,7 @@ func TestFlagsDocumented(t *testing.T) {
 		"`kubectl ironlb status` (`ironlb status`)":   statuscmd.NewCommand(),
 		"`kubectl ironlb drain` (`ironlb drain`)":     statuscmd.NewDrainCommand(),
 		"`kubectl ironlb undrain` (`ironlb undrain`)": statuscmd.NewUndrainCommand(),
+		"`kubectl ironlb rebalance` (`ironlb rebalance`)": statuscmd.NewRebalanceCommand(),
 	} {
 		documented, ok := tables[heading]
 		if !ok {

@@ -25,7 +25,7 @@ func main() {
 		SilenceErrors: true,
 		Version:       pluginVersion(),
 	}
-	root.AddCommand(statuscmd.NewCommand(), statuscmd.NewDrainCommand(), statuscmd.NewUndrainCommand())
+	root.AddCommand(statuscmd.NewCommand(), statuscmd.NewDrainCommand(), statuscmd.NewUndrainCommand(), statuscmd.NewRebalanceCommand())
 	statuscmd.Main(root, "kubectl-ironlb")
 }
 

@@ -329,6 +329,13 @@ func Usable(node *corev1.Node, ignoreExcludeLB bool) bool {
 // cloud controllers read too.
 const DrainAnnotation = "ironlb.io/drain"
 
+// RebalanceAnnotation on a Node asks its speaker to even out the spread
+// now: for a minute from the annotation's time (RFC 3339), the node gives
+// one of its IPs a second to nodes owning at least two fewer, as planned
+// moves, whatever --rebalance-rate says. `kubectl ironlb rebalance` sets it
+// on every node.
+const RebalanceAnnotation = "ironlb.io/rebalance"
+
 // Drained reports whether node carries the DrainAnnotation.
 func Drained(node *corev1.Node) bool {
 	v, ok := node.Annotations[DrainAnnotation]

@@ -56,7 +56,7 @@ Cordon does not move IPs: a cordoned node still delivers its Services (kube-prox
 			return drain(ctx, o, args[0], true, cmd.OutOrStdout())
 		},
 	}
-	o.flags(cmd, true)
+	o.flags(cmd, "wait until no IP is announced from the node, printing the ones left")
 	return cmd
 }
 
@@ -77,18 +77,20 @@ func NewUndrainCommand() *cobra.Command {
 			return drain(ctx, o, args[0], false, cmd.OutOrStdout())
 		},
 	}
-	o.flags(cmd, false)
+	o.flags(cmd, "")
 	return cmd
 }
 
-func (o *drainOptions) flags(cmd *cobra.Command, wait bool) {
+// flags adds the common flags, and --wait (described by waitHelp) and
+// --ironlb-namespace when waitHelp is not empty.
+func (o *drainOptions) flags(cmd *cobra.Command, waitHelp string) {
 	f := cmd.Flags()
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
 	f.StringVar(&o.kubeContext, "context", "", "kubeconfig context (default: the current one)")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up after this long")
-	if wait {
+	if waitHelp != "" {
 		f.StringVar(&o.ironlbNamespace, "ironlb-namespace", DefaultNamespace, "namespace ironlb is installed in (its ServiceL2Status objects)")
-		f.BoolVar(&o.wait, "wait", true, "wait until no IP is announced from the node, printing the ones left")
+		f.BoolVar(&o.wait, "wait", true, waitHelp)
 	}
 }
 
@@ -181,4 +183,117 @@ func announcedFrom(ctx context.Context, dc dynamic.Interface, ns, node string) (
 // which the annotation has already started.
 func say(out io.Writer, format string, args ...any) {
 	_, _ = fmt.Fprintf(out, format, args...)
+}
+
+// NewRebalanceCommand is `kubectl ironlb rebalance`: every node evens out the
+// spread now, by planned moves.
+func NewRebalanceCommand() *cobra.Command {
+	o := drainOptions{}
+	cmd := &cobra.Command{
+		Use:   "rebalance",
+		Short: "Even out how many LoadBalancer IPs each node announces, without breaking connections",
+		Long: `rebalance annotates every Node with ` + election.RebalanceAnnotation + `=<now>: for a minute, each
+node gives one of its IPs a second to the least-loaded node that owns at least two fewer and
+may announce it, as planned moves whose new owners forward the connections they do not know
+to the previous owner (--drain-timeout), so that none breaks. Failures leave IPs piled on the
+survivors (ironlb does not move IPs back by itself unless --rebalance-rate or
+--failback=immediate is set). With --wait (the default) it prints the Services per node
+before and after, once no IP has moved for 5 s.`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
+			defer cancel()
+			return rebalance(ctx, o, cmd.OutOrStdout())
+		},
+	}
+	o.flags(cmd, "wait until no IP moved for 5 s, printing the Services per node")
+	return cmd
+}
+
+func rebalance(ctx context.Context, o drainOptions, out io.Writer) error {
+	fail := func(err error) error { return &ExitError{Code: 2, Err: err} }
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		&clientcmd.ClientConfigLoadingRules{ExplicitPath: o.kubeconfig, Precedence: clientcmd.NewDefaultClientConfigLoadingRules().Precedence},
+		&clientcmd.ConfigOverrides{CurrentContext: o.kubeContext}).ClientConfig()
+	if err != nil {
+		return fail(fmt.Errorf("kubeconfig: %w", err))
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	dc, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	before, err := spreadOf(ctx, dc, o.ironlbNamespace)
+	if err != nil {
+		return fail(fmt.Errorf("listing ServiceL2Statuses in %s: %w", o.ironlbNamespace, err))
+	}
+	say(out, "Services per node before: %s\n", formatSpread(before))
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fail(fmt.Errorf("listing nodes: %w", err))
+	}
+	now := time.Now().UTC().Format(time.RFC3339)
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{election.RebalanceAnnotation: now}}})
+	if err != nil {
+		return fail(err)
+	}
+	for _, n := range nodes.Items {
+		if _, err := cs.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return fail(fmt.Errorf("annotating node %q: %w", n.Name, err))
+		}
+	}
+	say(out, "asked the speakers of %d nodes to rebalance (%s=%s)\n", len(nodes.Items), election.RebalanceAnnotation, now)
+	if !o.wait {
+		return nil
+	}
+	last, since := formatSpread(before), time.Now()
+	for time.Since(since) < 5*time.Second {
+		select {
+		case <-ctx.Done():
+			return &ExitError{Code: 1, Err: fmt.Errorf("the spread was still changing when the --timeout ran out: %s", last)}
+		case <-time.After(time.Second):
+		}
+		cur, err := spreadOf(ctx, dc, o.ironlbNamespace)
+		if err != nil {
+			return fail(fmt.Errorf("listing ServiceL2Statuses in %s: %w", o.ironlbNamespace, err))
+		}
+		if s := formatSpread(cur); s != last {
+			say(out, "Services per node: %s\n", s)
+			last, since = s, time.Now()
+		}
+	}
+	say(out, "Services per node after: %s\n", last)
+	return nil
+}
+
+// spreadOf counts the Services each node announces (ServiceL2Status).
+func spreadOf(ctx context.Context, dc dynamic.Interface, ns string) (map[string]int, error) {
+	l, err := dc.Resource(serviceL2Statuses).Namespace(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for _, it := range l.Items {
+		if n, _, _ := unstructured.NestedString(it.Object, "status", "node"); n != "" {
+			out[n]++
+		}
+	}
+	return out, nil
+}
+
+func formatSpread(m map[string]int) string {
+	var parts []string
+	for n, c := range m {
+		parts = append(parts, fmt.Sprintf("%s %d", n, c))
+	}
+	slices.Sort(parts)
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
