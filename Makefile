@@ -163,6 +163,12 @@ bench-failover-scale: lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## 
 	LAB_SERVICE_CIDR=$(if $(filter 10.200.1.0/24,$(LAB_SERVICE_CIDR)),10.200.0.0/16,$(LAB_SERVICE_CIDR)) E2E_SCALE_SERVICES=$(N) \
 		go test -tags e2e ./test/e2e -run '^$$' -bench FailoverScale -benchtime 1x -timeout 90m -v
 
+.PHONY: bench-drain
+bench-drain: N ?= 500
+bench-drain: lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Drain (kubectl ironlb drain's annotation) the node announcing the most of N Services (N=500; a /16 service CIDR), with traffic to one of its IPs: how long, CPU, what the client saw (docs/benchmarks-e2e.md).
+	LAB_SERVICE_CIDR=$(if $(filter 10.200.1.0/24,$(LAB_SERVICE_CIDR)),10.200.0.0/16,$(LAB_SERVICE_CIDR)) E2E_SCALE_SERVICES=$(N) \
+		go test -tags e2e ./test/e2e -run '^$$' -bench DrainScale -benchtime 1x -timeout 60m -v
+
 .PHONY: bench-create
 bench-create: lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Service created -> IP -> first ARP reply -> first good request, in the lab (root; E2E_CREATE_RUNS=10) (docs/benchmarks-e2e.md).
 	go test -tags e2e ./test/e2e -run '^$$' -bench ServiceToTraffic -benchtime 1x -timeout 30m -v

@@ -134,6 +134,35 @@ func (e *Env) plannedMove(t *testing.T, name, ip string, move func(t *testing.T,
 // down, through the survivors, which the new owner forwards them to).
 func TestRebalanceAfterRestore(t *testing.T) {
 	e := requireEnv(t)
+	e.setChartValues(t, "speaker.ownership.rebalanceRate=30")
+	e.rebalanceAfterRestore(t, "e2e-rebalance", "172.18.254.168/29", nil)
+}
+
+// TestRebalanceOnDemand: the same with the chart's defaults (no automatic
+// rebalancing: the restored node takes nothing back by itself) and then
+// `kubectl ironlb rebalance`.
+func TestRebalanceOnDemand(t *testing.T) {
+	e := requireEnv(t)
+	plugin := e.buildPlugin(t)
+	e.rebalanceAfterRestore(t, "e2e-rebalance-cli", "172.18.254.176/29", func(t *testing.T, victim string, spread func() map[string]int) {
+		// Nothing moves back by itself.
+		time.Sleep(10 * time.Second)
+		if sp := spread(); sp[victim] != 0 {
+			t.Fatalf("%s took IPs back without rebalancing asked: spread %v", victim, sp)
+		}
+		out, err := e.run(ctxT(t), plugin, "rebalance", "--kubeconfig", e.Kubeconfig, "--ironlb-namespace", Namespace, "--timeout", "2m")
+		t.Logf("kubectl ironlb rebalance:\n%s", out)
+		if err != nil {
+			t.Fatalf("kubectl ironlb rebalance: %v", err)
+		}
+	})
+}
+
+// rebalanceAfterRestore creates six Services of a workers-only pool (cidr),
+// kills a worker, starts traffic to every IP through the survivors, restores
+// the worker, runs ask (nil: nothing, rebalancing is automatic) and waits
+// until the worker took its share back; no connection may break.
+func (e *Env) rebalanceAfterRestore(t *testing.T, name, cidr string, ask func(t *testing.T, victim string, spread func() map[string]int)) {
 	killer, ok := e.Hosts.(NodeKiller)
 	if !ok {
 		t.Skip("these hosts cannot kill a node (the lab can)")
@@ -144,12 +173,10 @@ func TestRebalanceAfterRestore(t *testing.T) {
 	victim := workers[len(workers)-1]
 	survivors := without(workers, victim)
 	dumpOnFailure(t, e, func() []string { return workers })
-	e.setChartValues(t, "speaker.ownership.rebalanceRate=30")
 
 	// Six Services of a workers-only pool, backends on the survivors (so
 	// that the kill takes no backend away).
-	const name = "e2e-rebalance"
-	e.createL2Pool(t, name, name, "172.18.254.168/29", true)
+	e.createL2Pool(t, name, name, cidr, true)
 	for _, w := range survivors {
 		e.create(t, whoamiPod(name+"-"+w, name, w))
 	}
@@ -207,6 +234,9 @@ func TestRebalanceAfterRestore(t *testing.T) {
 	}
 	restored = true
 	e.waitSpeakerRestarted(t, victim, speakerBefore)
+	if ask != nil {
+		ask(t, victim, spread)
+	}
 	// The spread is even again: the victim took its share back, and
 	// nothing moved for three rebalance periods (every node's load, the
 	// walkthrough's IPs included, is what is balanced, so the victim's

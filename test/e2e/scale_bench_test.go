@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ironlb/ironlb/api/v1beta1"
+	"github.com/ironlb/ironlb/internal/election"
 	"github.com/ironlb/ironlb/test/lab/labctl"
 	"github.com/ironlb/ironlb/test/procstat"
 )
@@ -76,6 +77,105 @@ func BenchmarkFailoverScale(b *testing.B) {
 		createScale(b, e, lh.Lab, n)
 		runFailoverBench(b, e, kills, 0)
 	}
+}
+
+// BenchmarkDrainScale creates E2E_SCALE_SERVICES (default 500) Services as
+// BenchmarkFailoverScale does, then drains (the ironlb.io/drain annotation,
+// as kubectl ironlb drain sets it) the node announcing the most of them,
+// while mypc holds keep-alive connections and new connections to one of its
+// IPs, and reports how long until no ServiceL2Status names the node, the
+// CPU the lab's processes spent meanwhile, and what the client saw.
+//
+//	sudo make bench-drain N=500
+func BenchmarkDrainScale(b *testing.B) {
+	e := benchEnv(b)
+	lh, ok := e.Hosts.(LabHosts)
+	if !ok {
+		b.Skip("the CPU accounting reads the lab's processes")
+	}
+	n := getenvInt("E2E_SCALE_SERVICES", 500)
+	for i := 0; i < b.N; i++ {
+		applyWalkthrough(b, e)
+		e.create(b, &v1beta1.IPAddressPool{
+			ObjectMeta: metav1.ObjectMeta{Name: "e2e-scale-pool", Namespace: Namespace},
+			Spec:       v1beta1.IPAddressPoolSpec{Addresses: []string{scalePool}, AutoAssign: ptr(false)},
+		})
+		e.create(b, &v1beta1.L2Advertisement{
+			ObjectMeta: metav1.ObjectMeta{Name: "e2e-scale-adv", Namespace: Namespace},
+			Spec:       v1beta1.L2AdvertisementSpec{IPAddressPools: []string{"e2e-scale-pool"}},
+		})
+		createScale(b, e, lh.Lab, n)
+		runDrainBench(b, e, lh.Lab)
+	}
+}
+
+func runDrainBench(b *testing.B, e *Env, lab *labctl.Lab) {
+	ctx := context.Background()
+	statuses := func() (map[string]int, map[string]string) {
+		byNode, nodeOf := map[string]int{}, map[string]string{}
+		var l2 v1beta1.ServiceL2StatusList
+		if err := e.C.List(ctx, &l2, client.InNamespace(Namespace)); err == nil {
+			for _, s := range l2.Items {
+				byNode[s.Status.Node]++
+				nodeOf[s.Status.ServiceName] = s.Status.Node
+			}
+		}
+		return byNode, nodeOf
+	}
+	byNode, nodeOf := statuses()
+	victim := ""
+	for n, c := range byNode {
+		if victim == "" || c > byNode[victim] || (c == byNode[victim] && n < victim) {
+			victim = n
+		}
+	}
+	var probeSvc string
+	for svc, n := range nodeOf {
+		if n == victim && strings.HasPrefix(svc, "e2e-scale-") && (probeSvc == "" || svc < probeSvc) {
+			probeSvc = svc
+		}
+	}
+	ip := e.waitIngressIP(b, "default", probeSvc)
+	tr := e.startTraffic(b, ip)
+	drain := func(on bool) {
+		var node corev1.Node
+		if err := e.C.Get(ctx, client.ObjectKey{Name: victim}, &node); err != nil {
+			b.Fatal(err)
+		}
+		patch := client.MergeFrom(node.DeepCopy())
+		if node.Annotations == nil {
+			node.Annotations = map[string]string{}
+		}
+		if on {
+			node.Annotations[election.DrainAnnotation] = "true"
+		} else {
+			delete(node.Annotations, election.DrainAnnotation)
+		}
+		if err := e.C.Patch(ctx, &node, patch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Cleanup(func() { drain(false) })
+	fmt.Fprintf(os.Stderr, "drain: %s announces %d Services (%v); mypc's traffic goes to %s (%s)\n", victim, byNode[victim], byNode, probeSvc, ip)
+	cpuBefore := labCPU(ctx, e, lab)
+	start := time.Now()
+	drain(true)
+	poll(b, 10*time.Minute, "no ServiceL2Status on "+victim, func() (bool, string) {
+		c, _ := statuses()
+		return c[victim] == 0, fmt.Sprintf("%d left on %s", c[victim], victim)
+	})
+	took := time.Since(start)
+	cpu := cpuDelta(cpuBefore, labCPU(ctx, e, lab))
+	time.Sleep(settle)
+	rep := tr.stop(b)
+	after, _ := statuses()
+	fmt.Fprintf(os.Stderr, "drain: %d Services moved off %s in %v; now %v\n", byNode[victim], victim, took.Round(100*time.Millisecond), after)
+	fmt.Fprintf(os.Stderr, "drain: CPU seconds spent by the lab's processes meanwhile:\n%s", cpu)
+	fmt.Fprintf(os.Stderr, "drain: mypc's traffic to %s: %s\n", ip, rep)
+	b.ReportMetric(took.Seconds(), "drain-s")
+	b.ReportMetric(float64(byNode[victim]), "ips-moved")
+	b.ReportMetric(float64(rep.KeepAlive.Broken), "keepalive-broken")
+	b.ReportMetric(float64(rep.NewConns.Failed), "new-failed")
 }
 
 // createScale creates n Services e2e-scale-NNNNN (deleted when the benchmark
