@@ -63,12 +63,12 @@ func TestFlagsDocumented(t *testing.T) {
 	}
 	tables := docFlagTables(t)
 	for heading, cmd := range map[string]*cobra.Command{
-		"`ironlb controller`":                         newControllerCommand(),
-		"`ironlb speaker`":                            newSpeakerCommand(),
-		"`ironlb cleanup`":                            newCleanupCommand(),
-		"`kubectl ironlb status` (`ironlb status`)":   statuscmd.NewCommand(),
-		"`kubectl ironlb drain` (`ironlb drain`)":     statuscmd.NewDrainCommand(),
-		"`kubectl ironlb undrain` (`ironlb undrain`)": statuscmd.NewUndrainCommand(),
+		"`ironlb controller`":                             newControllerCommand(),
+		"`ironlb speaker`":                                newSpeakerCommand(),
+		"`ironlb cleanup`":                                newCleanupCommand(),
+		"`kubectl ironlb status` (`ironlb status`)":       statuscmd.NewCommand(),
+		"`kubectl ironlb drain` (`ironlb drain`)":         statuscmd.NewDrainCommand(),
+		"`kubectl ironlb undrain` (`ironlb undrain`)":     statuscmd.NewUndrainCommand(),
 		"`kubectl ironlb rebalance` (`ironlb rebalance`)": statuscmd.NewRebalanceCommand(),
 	} {
 		documented, ok := tables[heading]
