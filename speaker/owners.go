@@ -390,8 +390,8 @@ const (
 
 // RequestRebalance takes this node's RebalanceAnnotation (RFC 3339 time;
 // "" none): a new value within the last rebalanceBurst starts a burst of
-// rebalancing until rebalanceBurst after it. A value that does not parse
-// is logged once.
+// rebalancing until rebalanceBurst after it, and removing it ends the
+// burst. A value that does not parse is logged once.
 func (o *owners) RequestRebalance(value string, now time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -400,6 +400,7 @@ func (o *owners) RequestRebalance(value string, now time.Time) {
 	}
 	o.rebalanceAsked = value
 	if value == "" {
+		o.rebalanceUntil = time.Time{} // removed (the command is done, or an operator): the burst ends
 		return
 	}
 	at, err := time.Parse(time.RFC3339, value)

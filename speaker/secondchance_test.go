@@ -232,3 +232,19 @@ func TestRequestRebalance(t *testing.T) {
 		t.Fatalf("after a requested burst a owns %d keys, want 2 (6 over a, b, c)", got)
 	}
 }
+
+// TestRequestRebalanceRemoved: removing the annotation ends the burst.
+func TestRequestRebalanceRemoved(t *testing.T) {
+	o, _ := testOwners(t, "a", logr.Discard(), "a")
+	now := time.Now()
+	o.RequestRebalance(now.UTC().Format(time.RFC3339), now)
+	o.mu.Lock()
+	started := now.Before(o.rebalanceUntil)
+	o.mu.Unlock()
+	o.RequestRebalance("", now.Add(time.Second))
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !started || !o.rebalanceUntil.IsZero() {
+		t.Fatalf("burst started %v, until %v after the annotation was removed: want started, then ended", started, o.rebalanceUntil)
+	}
+}

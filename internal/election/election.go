@@ -330,10 +330,11 @@ func Usable(node *corev1.Node, ignoreExcludeLB bool) bool {
 const DrainAnnotation = "ironlb.io/drain"
 
 // RebalanceAnnotation on a Node asks its speaker to even out the spread
-// now: for a minute from the annotation's time (RFC 3339), the node gives
-// one of its IPs a second to nodes owning at least two fewer, as planned
-// moves, whatever --rebalance-rate says. `kubectl ironlb rebalance` sets it
-// on every node.
+// now: for a minute from the annotation's time (RFC 3339), or until the
+// annotation is removed, the node gives one of its IPs a second to nodes
+// owning at least two fewer, as planned moves, whatever --rebalance-rate
+// says. `kubectl ironlb rebalance` sets it on every node and removes it
+// once the spread is stable.
 const RebalanceAnnotation = "ironlb.io/rebalance"
 
 // Drained reports whether node carries the DrainAnnotation.

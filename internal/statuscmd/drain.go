@@ -198,7 +198,8 @@ may announce it, as planned moves whose new owners forward the connections they 
 to the previous owner (--drain-timeout), so that none breaks. Failures leave IPs piled on the
 survivors (ironlb does not move IPs back by itself unless --rebalance-rate or
 --failback=immediate is set). With --wait (the default) it prints the Services per node
-before and after, once no IP has moved for 5 s.`,
+before and after, once no IP has moved for 5 s, and then removes the annotation, which ends
+the rebalancing.`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -249,7 +250,7 @@ func rebalance(ctx context.Context, o drainOptions, out io.Writer) error {
 	}
 	say(out, "asked the speakers of %d nodes to rebalance (%s=%s)\n", len(nodes.Items), election.RebalanceAnnotation, now)
 	if !o.wait {
-		return nil
+		return nil // the speakers rebalance for a minute
 	}
 	last, since := formatSpread(before), time.Now()
 	for time.Since(since) < 5*time.Second {
@@ -268,6 +269,16 @@ func rebalance(ctx context.Context, o drainOptions, out io.Writer) error {
 		}
 	}
 	say(out, "Services per node after: %s\n", last)
+	// Stable: the annotation goes, which ends the speakers' burst.
+	unpatch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{election.RebalanceAnnotation: nil}}})
+	if err != nil {
+		return fail(err)
+	}
+	for _, n := range nodes.Items {
+		if _, err := cs.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, unpatch, metav1.PatchOptions{}); err != nil {
+			return fail(fmt.Errorf("removing the %s annotation from node %q: %w", election.RebalanceAnnotation, n.Name, err))
+		}
+	}
 	return nil
 }
 

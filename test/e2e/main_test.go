@@ -238,10 +238,11 @@ func tool(root, envVar, name string) string {
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 // install runs the walkthrough's helm install (idempotent) and waits for the
-// controller, the speakers and the webhook.
+// controller, the speakers and the webhook. --reset-values: a bare helm
+// upgrade would keep the values an earlier test (setChartValues) or run set.
 func (e *Env) install(ctx context.Context) error {
 	out, err := e.run(ctx, e.Helm, "--kubeconfig", e.Kubeconfig, "upgrade", "--install", Release,
-		filepath.Join(e.Root, "charts", "ironlb"), "-n", Namespace, "--create-namespace")
+		filepath.Join(e.Root, "charts", "ironlb"), "-n", Namespace, "--create-namespace", "--reset-values")
 	if err != nil {
 		return fmt.Errorf("helm install: %w\n%s", err, out)
 	}

@@ -144,6 +144,23 @@ func TestRebalanceAfterRestore(t *testing.T) {
 func TestRebalanceOnDemand(t *testing.T) {
 	e := requireEnv(t)
 	plugin := e.buildPlugin(t)
+	// The command removes its annotation when done; if it failed half-way,
+	// the annotation must not make the next tests' speakers rebalance.
+	t.Cleanup(func() {
+		var nodes corev1.NodeList
+		if err := e.C.List(context.Background(), &nodes); err != nil {
+			t.Errorf("listing nodes: %v", err)
+			return
+		}
+		for _, n := range nodes.Items {
+			if _, ok := n.Annotations[election.RebalanceAnnotation]; ok {
+				t.Errorf("node %s still has the %s annotation after kubectl ironlb rebalance", n.Name, election.RebalanceAnnotation)
+				patch := client.MergeFrom(n.DeepCopy())
+				delete(n.Annotations, election.RebalanceAnnotation)
+				_ = e.C.Patch(context.Background(), &n, patch)
+			}
+		}
+	})
 	e.rebalanceAfterRestore(t, "e2e-rebalance-cli", "172.18.254.176/29", func(t *testing.T, victim string, spread func() map[string]int) {
 		// Nothing moves back by itself.
 		time.Sleep(10 * time.Second)
@@ -270,7 +287,7 @@ func (e *Env) rebalanceAfterRestore(t *testing.T, name, cidr string, ask func(t 
 // which moves nothing).
 func (e *Env) setChartValues(t *testing.T, values ...string) {
 	t.Helper()
-	args := []string{"--kubeconfig", e.Kubeconfig, "upgrade", "--install", Release, filepath.Join(e.Root, "charts", "ironlb"), "-n", Namespace}
+	args := []string{"--kubeconfig", e.Kubeconfig, "upgrade", "--install", Release, filepath.Join(e.Root, "charts", "ironlb"), "-n", Namespace, "--reset-values"}
 	for _, v := range values {
 		args = append(args, "--set", v)
 	}
