@@ -96,9 +96,7 @@ func (o *drainOptions) flags(cmd *cobra.Command, waitHelp string) {
 
 func drain(ctx context.Context, o drainOptions, node string, on bool, out io.Writer) error {
 	fail := func(err error) error { return &ExitError{Code: 2, Err: err} }
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-		&clientcmd.ClientConfigLoadingRules{ExplicitPath: o.kubeconfig, Precedence: clientcmd.NewDefaultClientConfigLoadingRules().Precedence},
-		&clientcmd.ConfigOverrides{CurrentContext: o.kubeContext}).ClientConfig()
+	cfg, err := kubeconfigLoader(o.kubeconfig, o.kubeContext).ClientConfig()
 	if err != nil {
 		return fail(fmt.Errorf("kubeconfig: %w", err))
 	}
@@ -106,16 +104,12 @@ func drain(ctx context.Context, o drainOptions, node string, on bool, out io.Wri
 	if err != nil {
 		return fail(err)
 	}
-	var value any // JSON null removes the annotation
+	var value any // nil removes the annotation
 	if on {
 		value = "true"
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{election.DrainAnnotation: value}}})
-	if err != nil {
+	if err := annotate(ctx, cs, node, election.DrainAnnotation, value); err != nil {
 		return fail(err)
-	}
-	if _, err := cs.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		return fail(fmt.Errorf("annotating node %q: %w", node, err))
 	}
 	if !on {
 		say(out, "node %s undrained: it takes LoadBalancer IPs again\n", node)
@@ -161,19 +155,15 @@ func waitDrained(ctx context.Context, cfg *rest.Config, ns, node string, out io.
 // announcedFrom returns the Services (namespace/name) whose ServiceL2Status
 // names node, sorted.
 func announcedFrom(ctx context.Context, dc dynamic.Interface, ns, node string) ([]string, error) {
-	l, err := dc.Resource(serviceL2Statuses).Namespace(ns).List(ctx, metav1.ListOptions{})
+	all, err := l2Statuses(ctx, dc, ns)
 	if err != nil {
 		return nil, err
 	}
 	var out []string
-	for _, it := range l.Items {
-		n, _, _ := unstructured.NestedString(it.Object, "status", "node")
-		if n != node {
-			continue
+	for _, st := range all {
+		if st.node == node {
+			out = append(out, st.service)
 		}
-		sns, _, _ := unstructured.NestedString(it.Object, "status", "serviceNamespace")
-		sn, _, _ := unstructured.NestedString(it.Object, "status", "serviceName")
-		out = append(out, sns+"/"+sn)
 	}
 	slices.Sort(out)
 	return slices.Compact(out), nil
@@ -183,6 +173,25 @@ func announcedFrom(ctx context.Context, dc dynamic.Interface, ns, node string) (
 // which the annotation has already started.
 func say(out io.Writer, format string, args ...any) {
 	_, _ = fmt.Fprintf(out, format, args...)
+}
+
+// l2Status is what drain and rebalance read of a ServiceL2Status.
+type l2Status struct{ node, service string }
+
+// l2Statuses lists the ServiceL2Status objects of ns.
+func l2Statuses(ctx context.Context, dc dynamic.Interface, ns string) ([]l2Status, error) {
+	l, err := dc.Resource(serviceL2Statuses).Namespace(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]l2Status, 0, len(l.Items))
+	for _, it := range l.Items {
+		n, _, _ := unstructured.NestedString(it.Object, "status", "node")
+		sns, _, _ := unstructured.NestedString(it.Object, "status", "serviceNamespace")
+		sn, _, _ := unstructured.NestedString(it.Object, "status", "serviceName")
+		out = append(out, l2Status{node: n, service: sns + "/" + sn})
+	}
+	return out, nil
 }
 
 // NewRebalanceCommand is `kubectl ironlb rebalance`: every node evens out the
@@ -215,9 +224,7 @@ the rebalancing.`,
 
 func rebalance(ctx context.Context, o drainOptions, out io.Writer) error {
 	fail := func(err error) error { return &ExitError{Code: 2, Err: err} }
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-		&clientcmd.ClientConfigLoadingRules{ExplicitPath: o.kubeconfig, Precedence: clientcmd.NewDefaultClientConfigLoadingRules().Precedence},
-		&clientcmd.ConfigOverrides{CurrentContext: o.kubeContext}).ClientConfig()
+	cfg, err := kubeconfigLoader(o.kubeconfig, o.kubeContext).ClientConfig()
 	if err != nil {
 		return fail(fmt.Errorf("kubeconfig: %w", err))
 	}
@@ -239,13 +246,9 @@ func rebalance(ctx context.Context, o drainOptions, out io.Writer) error {
 		return fail(fmt.Errorf("listing nodes: %w", err))
 	}
 	now := time.Now().UTC().Format(time.RFC3339)
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{election.RebalanceAnnotation: now}}})
-	if err != nil {
-		return fail(err)
-	}
 	for _, n := range nodes.Items {
-		if _, err := cs.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			return fail(fmt.Errorf("annotating node %q: %w", n.Name, err))
+		if err := annotate(ctx, cs, n.Name, election.RebalanceAnnotation, now); err != nil {
+			return fail(err)
 		}
 	}
 	say(out, "asked the speakers of %d nodes to rebalance (%s=%s)\n", len(nodes.Items), election.RebalanceAnnotation, now)
@@ -270,28 +273,40 @@ func rebalance(ctx context.Context, o drainOptions, out io.Writer) error {
 	}
 	say(out, "Services per node after: %s\n", last)
 	// Stable: the annotation goes, which ends the speakers' burst.
-	unpatch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{election.RebalanceAnnotation: nil}}})
-	if err != nil {
-		return fail(err)
-	}
 	for _, n := range nodes.Items {
-		if _, err := cs.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, unpatch, metav1.PatchOptions{}); err != nil {
-			return fail(fmt.Errorf("removing the %s annotation from node %q: %w", election.RebalanceAnnotation, n.Name, err))
+		if err := annotate(ctx, cs, n.Name, election.RebalanceAnnotation, nil); err != nil {
+			return fail(err)
 		}
+	}
+	return nil
+}
+
+// annotate sets (value a string) or removes (value nil) an annotation of a
+// Node with a merge patch.
+func annotate(ctx context.Context, cs kubernetes.Interface, node, key string, value any) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{key: value}}})
+	if err != nil {
+		return err
+	}
+	if _, err := cs.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		if value == nil {
+			return fmt.Errorf("removing the %s annotation from node %q: %w", key, node, err)
+		}
+		return fmt.Errorf("annotating node %q: %w", node, err)
 	}
 	return nil
 }
 
 // spreadOf counts the Services each node announces (ServiceL2Status).
 func spreadOf(ctx context.Context, dc dynamic.Interface, ns string) (map[string]int, error) {
-	l, err := dc.Resource(serviceL2Statuses).Namespace(ns).List(ctx, metav1.ListOptions{})
+	all, err := l2Statuses(ctx, dc, ns)
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]int{}
-	for _, it := range l.Items {
-		if n, _, _ := unstructured.NestedString(it.Object, "status", "node"); n != "" {
-			out[n]++
+	for _, st := range all {
+		if st.node != "" {
+			out[st.node]++
 		}
 	}
 	return out, nil
@@ -307,4 +322,12 @@ func formatSpread(m map[string]int) string {
 		return "none"
 	}
 	return strings.Join(parts, ", ")
+}
+
+// kubeconfigLoader loads the user's kubeconfig as kubectl does: --kubeconfig,
+// else $KUBECONFIG, else ~/.kube/config; --context, else the current one.
+func kubeconfigLoader(path, context string) clientcmd.ClientConfig {
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		&clientcmd.ClientConfigLoadingRules{ExplicitPath: path, Precedence: clientcmd.NewDefaultClientConfigLoadingRules().Precedence},
+		&clientcmd.ConfigOverrides{CurrentContext: context})
 }

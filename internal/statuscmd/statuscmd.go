@@ -30,7 +30,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/streaming/pkg/httpstream"
 	"sigs.k8s.io/yaml"
@@ -200,9 +199,7 @@ func run(ctx context.Context, o options, args []string, out io.Writer) error {
 	if !slices.Contains([]string{"table", "json", "yaml"}, o.output) {
 		return fail(fmt.Errorf("--output %q: want table, json or yaml", o.output))
 	}
-	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-		&clientcmd.ClientConfigLoadingRules{ExplicitPath: o.kubeconfig, Precedence: clientcmd.NewDefaultClientConfigLoadingRules().Precedence},
-		&clientcmd.ConfigOverrides{CurrentContext: o.kubeContext})
+	loader := kubeconfigLoader(o.kubeconfig, o.kubeContext)
 	cfg, err := loader.ClientConfig()
 	if err != nil {
 		return fail(fmt.Errorf("kubeconfig: %w", err))
