@@ -253,6 +253,14 @@ func requireHitless(t *testing.T, what string, rep probe.Report, mv moveCount) {
 	if mv.Created > maxRecreated {
 		t.Errorf("%s: %d ServiceL2Status objects created for an IP that did not move (target <= %d: a speaker restart re-creates one; more is churn, timeline logged above)", what, mv.Created, maxRecreated)
 	}
+	requireUnbroken(t, what, rep)
+}
+
+// requireUnbroken fails the test unless the client noticed nothing: no
+// keep-alive connection broken, no new connection failed, each keep-alive
+// connection answered.
+func requireUnbroken(t *testing.T, what string, rep probe.Report) {
+	t.Helper()
 	if k := rep.KeepAlive; k.Broken != 0 {
 		t.Errorf("%s: %d breaks of the %d keep-alive connections (target 0; %s)", what, k.Broken, len(k.Conns), breakKinds(k))
 	}

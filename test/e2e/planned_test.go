@@ -118,13 +118,7 @@ func (e *Env) plannedMove(t *testing.T, name, ip string, move func(t *testing.T,
 	if c.StatusMoves != 1 || c.Last != next || !slices.Contains(f.workers, next) {
 		t.Errorf("want exactly one move, to %s: %d ServiceL2Status moves, last to %s", next, c.StatusMoves, c.Last)
 	}
-	if k := rep.KeepAlive; k.Broken != 0 {
-		t.Errorf("%d breaks of the %d keep-alive connections opened before the move (target 0; %s)", k.Broken, len(k.Conns), breakKinds(k))
-	}
-	if n := rep.NewConns; n.Failed != 0 {
-		t.Errorf("%d of %d new connections failed (target 0): %v", n.Failed, n.Total, n.Failures)
-	}
-	requireEachConnServed(t, f.name, rep)
+	requireUnbroken(t, f.name+" moved from "+f.owner+" to "+next+" (the keep-alive connections opened before the move)", rep)
 }
 
 // TestRebalanceAfterRestore: with --rebalance-rate, the IPs a node kill
@@ -271,14 +265,7 @@ func (e *Env) rebalanceAfterRestore(t *testing.T, name, cidr string, ask func(t 
 	})
 	t.Logf("spread even again %v after %s's speaker restarted: %v", time.Since(start).Round(100*time.Millisecond), victim, spread())
 	for i, tr := range trs {
-		rep := tr.stop(t)
-		if k := rep.KeepAlive; k.Broken != 0 {
-			t.Errorf("%s: %d breaks of the %d keep-alive connections (target 0; %s)", ips[i], k.Broken, len(k.Conns), breakKinds(k))
-		}
-		if n := rep.NewConns; n.Failed != 0 {
-			t.Errorf("%s: %d of %d new connections failed (target 0): %v", ips[i], n.Failed, n.Total, n.Failures)
-		}
-		requireEachConnServed(t, ips[i], rep)
+		requireUnbroken(t, ips[i], tr.stop(t))
 	}
 }
 
@@ -350,11 +337,5 @@ func TestFailbackImmediateReturn(t *testing.T) {
 	if c.StatusMoves != 1 || c.Last != victim {
 		t.Errorf("want exactly one move, back to %s: %d ServiceL2Status moves, last to %s", victim, c.StatusMoves, c.Last)
 	}
-	if k := rep.KeepAlive; k.Broken != 0 {
-		t.Errorf("%d breaks of the %d keep-alive connections opened before the return (target 0; %s)", k.Broken, len(k.Conns), breakKinds(k))
-	}
-	if n := rep.NewConns; n.Failed != 0 {
-		t.Errorf("%d of %d new connections failed (target 0): %v", n.Failed, n.Total, n.Failures)
-	}
-	requireEachConnServed(t, f.name, rep)
+	requireUnbroken(t, f.name+" back on "+victim+" (the keep-alive connections opened before the return)", rep)
 }
