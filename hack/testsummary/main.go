@@ -1,7 +1,9 @@
 // Command testsummary reads `go test -json` on stdin and prints, per package, one
 // line with the number of tests run, passed, failed and skipped, the output of
 // every failed test, and build errors. It exits non-zero when a test or a build
-// failed.
+// failed. Below the failed tests' output it repeats each one's last messages
+// (t.Log, t.Error, t.Fatal heads): failure dumps are long, and a CI log that
+// keeps only its tail must still show why a test failed.
 //
 // With -strict (the default when CI=true, as .ci/run sets), a skipped test fails the
 // run too, unless it is listed in the allow file (-allow, default
@@ -17,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -190,7 +193,7 @@ func report(out io.Writer, p *pkgResult, strict bool, allow allowed) bool {
 		return true // no test files
 	}
 	var run, passed, failed, skipped int
-	var badSkips []string
+	var badSkips, failures []string
 	for _, name := range p.order {
 		t := p.tests[name]
 		switch t.action {
@@ -201,11 +204,18 @@ func report(out io.Writer, p *pkgResult, strict bool, allow allowed) bool {
 			run++
 			failed++
 			_, _ = fmt.Fprintf(out, "--- FAIL %s %s\n%s", p.name, name, strings.Join(t.output, ""))
+			failures = append(failures, name)
 		case "skip":
 			skipped++
 			if strict && !allow.allows(p.name, name) {
 				badSkips = append(badSkips, fmt.Sprintf("%s: %s", name, skipReason(t.output)))
 			}
+		}
+	}
+	for _, name := range failures {
+		_, _ = fmt.Fprintf(out, "--- WHY %s %s: its last messages (full output above)\n", p.name, name)
+		for _, m := range lastMessages(p.tests[name].output, whyMessages) {
+			_, _ = fmt.Fprintf(out, "    %s\n", m)
 		}
 	}
 	good := p.action != "fail" && len(badSkips) == 0
@@ -234,4 +244,30 @@ func skipReason(output []string) string {
 		return l
 	}
 	return "(no message)"
+}
+
+// whyMessages is how many of a failed test's last messages the summary repeats.
+const whyMessages = 12
+
+// messageHead matches the first line of a t.Log/t.Error/t.Fatal message in
+// go test -v output ("    file_test.go:12: text"); continuation lines are
+// indented deeper and carry no file:line.
+var messageHead = regexp.MustCompile(`^\s+[\w.-]+\.go:\d+: `)
+
+// lastMessages returns the first lines of the last n messages in output,
+// each cut to 300 bytes.
+func lastMessages(output []string, n int) []string {
+	var heads []string
+	for _, chunk := range output {
+		for _, l := range strings.Split(strings.TrimRight(chunk, "\n"), "\n") {
+			if messageHead.MatchString(l) {
+				l = strings.TrimSpace(l)
+				if len(l) > 300 {
+					l = l[:300] + "..."
+				}
+				heads = append(heads, l)
+			}
+		}
+	}
+	return heads[max(0, len(heads)-n):]
 }

@@ -37,6 +37,14 @@ func TestSummarize(t *testing.T) {
 			`{"Action":"fail","Package":"m/y","Test":"TestBad"}`,
 			`{"Action":"fail","Package":"m/y","Elapsed":0.1}`,
 		), false, false, []string{"--- FAIL m/y TestBad", "boom", "FAIL m/y", "1 run,    0 passed,   1 failed"}},
+		{"a failure's last messages are repeated below its dump", events(
+			`{"Action":"run","Package":"m/y","Test":"TestDump"}`,
+			`{"Action":"output","Package":"m/y","Test":"TestDump","Output":"    y_test.go:7: traffic: 3 broken\n"}`,
+			`{"Action":"output","Package":"m/y","Test":"TestDump","Output":"    helpers_test.go:9: cluster dump:\n"}`,
+			`{"Action":"output","Package":"m/y","Test":"TestDump","Output":"        -A KUBE-SVC-X y_test.go:1: not a message\n"}`,
+			`{"Action":"fail","Package":"m/y","Test":"TestDump"}`,
+			`{"Action":"fail","Package":"m/y","Elapsed":0.1}`,
+		), false, false, []string{"--- WHY m/y TestDump: its last messages (full output above)\n    y_test.go:7: traffic: 3 broken\n    helpers_test.go:9: cluster dump:\nFAIL m/y"}},
 		{"a build failure is shown", events(
 			`{"ImportPath":"m/z","Action":"build-output","Output":"z.go:1: syntax error\n"}`,
 			`{"ImportPath":"m/z","Action":"build-fail"}`,
