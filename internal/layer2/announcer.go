@@ -119,6 +119,7 @@ type Announcer struct {
 	garpCh    chan struct{}
 	defendCh  chan burstKey
 	recheckCh chan recheck
+	yieldCh   chan yielded
 	localMACs atomic.Pointer[map[[6]byte]struct{}]
 
 	mu         sync.Mutex
@@ -165,6 +166,7 @@ func NewAnnouncer(log logr.Logger, opts Options) *Announcer {
 		garpCh:       make(chan struct{}, 1),
 		defendCh:     make(chan burstKey, 64),
 		recheckCh:    make(chan recheck, 64),
+		yieldCh:      make(chan yielded, 256),
 		balancers:    map[string]balancer{},
 		ips:          map[netip.Addr]*ipState{},
 		refs:         map[netip.Addr]map[string]struct{}{},
@@ -487,6 +489,8 @@ func (a *Announcer) Run(ctx context.Context) error {
 			return nil
 		case <-a.rescanCh:
 			a.rescan()
+		case y := <-a.yieldCh:
+			a.endHandover(y)
 		case <-t.C:
 			a.rescan()
 		}

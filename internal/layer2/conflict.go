@@ -30,6 +30,10 @@ func (a *Announcer) Conflicts() <-chan Conflict { return a.conflicts }
 // then it is reported at most once per IP per ConflictInterval, with at most
 // one defensive announcement in the same interval: never a fight in a loop.
 func (a *Announcer) onConflict(o *ownedIP, mac [6]byte, iface string) {
+	if o.handover {
+		a.yield(o.addr, mac, iface) // the new owner's announcement: expected, not a conflict
+		return
+	}
 	now := time.Now()
 	grace := a.opts.ConflictGrace
 	a.cmu.Lock()

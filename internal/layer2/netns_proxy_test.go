@@ -74,6 +74,64 @@ func TestNetnsProxy(t *testing.T) {
 	})
 }
 
+// TestNetnsHandoverYields: a node that gave an IP away keeps answering for
+// it (the client's kernel resolves it to that node) until the new owner's
+// gratuitous ARP, seen on the real segment, ends the hand-over: once the new
+// owner stops answering too, nobody answers, and no conflict was reported.
+func TestNetnsHandoverYields(t *testing.T) {
+	l := newLab(t)
+	hosts := []*bridgeHost{
+		{ns: l.nsA, ifname: "ilbl2" + l.id + "x", mac: mustMAC("02:1b:00:00:03:0a"), addrs: []string{"10.251.0.1/24"}},
+		{ns: "ilb-l2t-" + l.id + "-b", ifname: "ilbl2" + l.id + "y", mac: mustMAC("02:1b:00:00:03:0b"), addrs: []string{"10.251.0.3/24"}},
+		{ns: l.nsC, ifname: "ilbl2" + l.id + "z", mac: mustMAC("02:1b:00:00:03:0c"), addrs: []string{"10.251.0.2/24"}},
+	}
+	l.bridge(t, hosts)
+	a := startAnnouncerIn(t, hosts[0].ns, hosts[0].ifname, "ILB_L2_GARP_INTERVAL=200ms")
+	b := startAnnouncerIn(t, hosts[1].ns, hosts[1].ifname, "ILB_L2_GARP_INTERVAL=200ms")
+	client := hosts[2]
+	vip := l.vip4.String()
+	for _, cmd := range []string{"set svc " + vip, "handover h " + vip, "del svc"} {
+		if got := a.do(t, cmd); got != "ok" {
+			t.Fatalf("a %s: %s", cmd, got)
+		}
+	}
+	c := clientConnOn(t, client.ns, client.ifname)
+	req, _ := arpFrameBytesFor(client.mac, netip.MustParseAddr("10.251.0.2"), l.vip4)
+	buf := make([]byte, 128)
+	if mac, _, err := l.resolve(c, req, l.vip4, buf, 2*time.Second); err != nil || mac.String() != hosts[0].mac.String() {
+		t.Fatalf("handed-over IP resolved to %s (%v), want the old owner's %s", mac, err, hosts[0].mac)
+	}
+	sendUDP(t, client.ns, l.vip4)
+	waitNeighOn(t, client.ns, client.ifname, "-4", l.vip4, hosts[0].mac)
+
+	if got := b.do(t, "set svc "+vip); got != "ok" {
+		t.Fatalf("b set: %s", got)
+	}
+	waitNeighOn(t, client.ns, client.ifname, "-4", l.vip4, hosts[1].mac)
+	if got := b.do(t, "del svc"); got != "ok" {
+		t.Fatalf("b del: %s", got)
+	}
+	// Three requests in a row unanswered: one reply lost on a busy
+	// machine must not pass for the end of the hand-over.
+	unanswered := 0
+	waitFor(t, "nobody answering once the new owner announced and then let go", func() bool {
+		if _, _, err := l.resolve(c, req, l.vip4, buf, 300*time.Millisecond); err != nil {
+			unanswered++
+		} else {
+			unanswered = 0
+		}
+		return unanswered >= 3
+	})
+	for len(a.lines) > 0 {
+		if line := <-a.lines; strings.HasPrefix(line, "conflict ") {
+			t.Fatalf("the new owner's announcement was reported as a conflict: %s", line)
+		}
+	}
+	if len(a.seen) > 0 {
+		t.Fatalf("the new owner's announcement was reported as a conflict: %v", a.seen)
+	}
+}
+
 // TestNetnsProber probes a live namespace's kernel (IPv4, and IPv6 on an
 // address that is not the first on either interface), checks that an IPv4
 // probe leaves the target's neighbour table alone, then takes the target's

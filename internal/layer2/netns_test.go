@@ -52,7 +52,7 @@ func TestMain(m *testing.M) {
 // announcerHelper runs an Announcer with real sockets in the current network
 // namespace, and a Prober once asked to probe. stdin commands: "set NAME
 // IP[,IP...]", "del NAME", "proxy NAME IP[,IP...] IFACE=MAC[,IFACE=MAC...]",
-// "unproxy NAME", "probe IP", "ifaces"; stdout: "ok", "ifaces NAME...",
+// "unproxy NAME", "handover NAME IP[,IP...]", "probe IP", "ifaces"; stdout: "ok", "ifaces NAME...",
 // "probe IP reachable IFACE MAC" or "probe IP unreachable REASON",
 // "conflict IP MAC IFACE". It exits on stdin EOF or SIGTERM.
 func announcerHelper() int {
@@ -116,6 +116,9 @@ func announcerHelper() int {
 					macs[iface] = mustMAC(mac)
 				}
 				a.SetProxy(f[1], ips(f[2]), macs)
+				say("ok")
+			case len(f) == 3 && f[0] == "handover":
+				a.SetHandover(f[1], ips(f[2]))
 				say("ok")
 			case len(f) == 2 && f[0] == "unproxy":
 				a.DeleteProxy(f[1])

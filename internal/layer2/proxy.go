@@ -8,10 +8,13 @@ import (
 )
 
 // proxy is one SetProxy entry: IPs answered on behalf of another host, and
-// that host's MAC per interface (only those interfaces answer).
+// that host's MAC per interface (only those interfaces answer); or one
+// SetHandover entry (own): IPs answered with this node's MAC on every
+// interface.
 type proxy struct {
 	ips  []netip.Addr
 	macs map[string][6]byte
+	own  bool
 }
 
 // SetProxy makes this node answer ARP requests / Neighbor Solicitations for
@@ -45,6 +48,74 @@ func (a *Announcer) SetProxy(name string, ips []netip.Addr, macs map[string]net.
 	old := a.proxies[name]
 	a.proxies[name] = p
 	a.applyProxyLocked(name, old.ips, p.ips)
+}
+
+// SetHandover makes this node keep answering ARP requests / Neighbor
+// Solicitations for ips, with its own MAC, after it gave them to another
+// node: the new owner learns of the move by gossip a moment later, and
+// until it announces them nobody would answer a client whose neighbour
+// entry expired meanwhile. Like a proxied IP, a handed-over IP is never
+// announced, probed for or defended, and its advertisements never override;
+// the first frame claiming it from another MAC (the new owner's gratuitous
+// announcement) ends its hand-over at once and is no conflict. An IP that
+// is also owned (Apply) is answered as owned. Replaces any previous entry
+// name (proxy or hand-over); DeleteProxy removes it.
+func (a *Announcer) SetHandover(name string, ips []netip.Addr) {
+	p := proxy{own: true}
+	for _, ip := range ips {
+		ip = ip.Unmap().WithZone("")
+		if ip.IsValid() && !slices.Contains(p.ips, ip) {
+			p.ips = append(p.ips, ip)
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	old := a.proxies[name]
+	a.proxies[name] = p
+	a.applyProxyLocked(name, old.ips, p.ips)
+}
+
+// yield ends the hand-over of ip (see SetHandover): another host announced
+// it. It is called by the read loops, which must not block: the change is
+// made by Run's goroutine.
+func (a *Announcer) yield(ip netip.Addr, mac [6]byte, iface string) {
+	select {
+	case a.yieldCh <- yielded{ip, mac, iface}:
+	default: // full: the hand-over ends at its deadline instead
+	}
+}
+
+// yielded is a hand-over ended by another host's claim.
+type yielded struct {
+	ip    netip.Addr
+	mac   [6]byte
+	iface string
+}
+
+// endHandover removes y's IP from every hand-over entry.
+func (a *Announcer) endHandover(y yielded) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ended := false
+	for name := range a.proxyRefs[y.ip] {
+		p := a.proxies[name]
+		if !p.own {
+			continue
+		}
+		ended = true
+		old := p.ips
+		p.ips = slices.DeleteFunc(slices.Clone(old), func(ip netip.Addr) bool { return ip == y.ip })
+		if len(p.ips) == 0 {
+			delete(a.proxies, name)
+		} else {
+			a.proxies[name] = p
+		}
+		a.applyProxyLocked(name, old, p.ips)
+	}
+	if ended {
+		a.log.V(1).Info("hand-over ended: the new owner announces the IP", "ip", y.ip.String(),
+			"mac", net.HardwareAddr(y.mac[:]).String(), "interface", y.iface)
+	}
 }
 
 // DeleteProxy forgets proxy entry name; its IPs are not answered (unless
@@ -95,29 +166,35 @@ func (a *Announcer) entryLocked(r *responder, ip netip.Addr) *ownedIP {
 	if st := a.ips[ip]; st != nil && (st.all || st.interfaces[r.link.Name]) {
 		return st.owned
 	}
-	mac, ok := a.proxyMACLocked(ip, r.link.Name)
+	mac, own, ok := a.proxyMACLocked(ip, r)
 	if !ok {
 		return nil
 	}
-	if cur := r.owned.Load().get(ip); cur != nil && cur.proxied && cur.mac == mac {
+	if cur := r.owned.Load().get(ip); cur != nil && cur.proxied && cur.mac == mac && cur.handover == own {
 		return cur
 	}
-	return &ownedIP{addr: ip, m: a.metricsFor(ip), proxied: true, mac: mac}
+	return &ownedIP{addr: ip, m: a.metricsFor(ip), proxied: true, mac: mac, handover: own}
 }
 
-// proxyMACLocked returns the MAC to answer ip with on iface on another
-// host's behalf. Should two entries name ip on iface (a transition between
-// two hosts, normally), the first by name wins, so the answer is stable.
-func (a *Announcer) proxyMACLocked(ip netip.Addr, iface string) ([6]byte, bool) {
-	var (
-		best string
-		mac  [6]byte
-		ok   bool
-	)
+// proxyMACLocked returns the MAC to answer ip with on r's interface on
+// another host's behalf, or r's own for a hand-over (own). Should two
+// entries name ip on the interface (a transition between two hosts,
+// normally), another host's wins over a hand-over, and then the first by
+// name, so the answer is stable.
+func (a *Announcer) proxyMACLocked(ip netip.Addr, r *responder) (mac [6]byte, own, ok bool) {
+	best := ""
 	for n := range a.proxyRefs[ip] {
-		if m, has := a.proxies[n].macs[iface]; has && (!ok || n < best) {
-			best, mac, ok = n, m, true
+		p := a.proxies[n]
+		m, has := p.macs[r.link.Name]
+		if p.own {
+			m, has = r.mac, true
+		}
+		if !has {
+			continue
+		}
+		if !ok || (own && !p.own) || (own == p.own && n < best) {
+			best, mac, own, ok = n, m, p.own, true
 		}
 	}
-	return mac, ok
+	return mac, own, ok
 }

@@ -344,3 +344,95 @@ func TestProxyNDP(t *testing.T) {
 		t.Errorf("group still joined after DeleteProxy: %v", n.groups["eth0"].log)
 	}
 }
+
+// TestHandover: an IP this node gave away is answered with its own MAC, never
+// announced, until a frame from another MAC claims it (the new owner's
+// gratuitous announcement), which ends the hand-over and is no conflict.
+func TestHandover(t *testing.T) {
+	n := startTestNet(t, Options{GratuitousCount: -1, ConflictGrace: -1, ConflictInterval: 1 << 62},
+		testLink("eth0", 2, eth0MAC, ll0))
+	w, w6 := n.arpEnd("eth0"), n.ndpEnd("eth0")
+	n.a.SetBalancer("ns/marker", []netip.Addr{vip2}, nil)
+	n.a.SetBalancer("ns/a", []netip.Addr{vip1, vip6}, nil)
+	// The order owners uses: the hand-over is in place before the
+	// balancer goes, so the IP is answered throughout.
+	n.a.SetHandover("handover/k", []netip.Addr{vip1, vip6})
+	n.a.DeleteBalancer("ns/a")
+	// answered reports whether a request for vip1 is answered (with our
+	// MAC); the marker's reply after it shows an unanswered one was seen.
+	answered := func(t *testing.T) bool {
+		t.Helper()
+		w.send(t, arpRequest(t, vip1, ethernet.Broadcast))
+		w.send(t, arpRequest(t, vip2, ethernet.Broadcast))
+		_, p := parseARPWithLib(t, w.next(t))
+		if p.SenderIP == vip2 {
+			return false
+		}
+		if p.SenderIP != vip1 || p.SenderHardwareAddr.String() != eth0MAC {
+			t.Fatalf("answer %+v, want %s at our %s", p, vip1, eth0MAC)
+		}
+		w.next(t) // the marker's
+		return true
+	}
+
+	t.Run("answered with our MAC", func(t *testing.T) {
+		if !answered(t) {
+			t.Fatal("a handed-over IP is not answered")
+		}
+		w6.send(t, solicit(t, vip6))
+		if b := w6.next(t); net.HardwareAddr(b[6:12]).String() != eth0MAC {
+			t.Fatalf("NA from %s, want ours %s", net.HardwareAddr(b[6:12]), eth0MAC)
+		}
+	})
+	t.Run("another host's proxy wins over a hand-over", func(t *testing.T) {
+		n.a.SetProxy("held/x", []netip.Addr{vip1}, map[string]net.HardwareAddr{"eth0": xMAC})
+		w.send(t, arpRequest(t, vip1, ethernet.Broadcast))
+		checkProxyReply(t, w.next(t), eth0MAC, xMAC, vip1)
+		n.a.DeleteProxy("held/x")
+		if !answered(t) {
+			t.Fatal("the hand-over ended with the other entry")
+		}
+	})
+	t.Run("the new owner's announcement ends it, no conflict", func(t *testing.T) {
+		f, err := gratuitousARP(otherMAC, vip1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.send(t, f[1])
+		deadline := time.Now().Add(10 * time.Second)
+		for answered(t) {
+			if time.Now().After(deadline) {
+				t.Fatal("still answered 10 s after another MAC announced it")
+			}
+		}
+		w6.send(t, ipv6Frame(t, otherMAC, mustMAC("33:33:00:00:00:01"), vip6, ipv6AllNodes, &ndp.NeighborAdvertisement{
+			Override: true, TargetAddress: vip6,
+			Options: []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Target, Addr: otherMAC}},
+		}))
+		for n.groups["eth0"].isJoined(solicitedNodeGroup(vip6)) {
+			if time.Now().After(deadline) {
+				t.Fatal("IPv6 hand-over not ended 10 s after another MAC advertised it")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if len(n.a.Conflicts()) != 0 {
+			t.Fatalf("reported as a conflict: %+v", <-n.a.Conflicts())
+		}
+		if got := testutil.ToFloat64(n.a.metrics.conflicts.WithLabelValues(vip1.String())); got != 0 {
+			t.Errorf("conflicts{ip=%s} = %v", vip1, got)
+		}
+	})
+	t.Run("DeleteProxy ends it", func(t *testing.T) {
+		n.a.SetHandover("handover/k", []netip.Addr{vip1})
+		if !answered(t) {
+			t.Fatal("not answered after SetHandover")
+		}
+		n.a.DeleteProxy("handover/k")
+		if answered(t) {
+			t.Fatal("answered after DeleteProxy")
+		}
+	})
+	if got := testutil.ToFloat64(n.a.metrics.gratuitous.WithLabelValues(vip1.String())); got != 0 {
+		t.Errorf("gratuitous_sent{ip=%s} = %v for a handed-over IP", vip1, got)
+	}
+}

@@ -25,6 +25,9 @@ type ownedIP struct {
 	// target link-layer address), never announced or probed for.
 	proxied bool
 	mac     [6]byte
+	// handover: proxied for this node itself (mac is ours) after it gave
+	// the IP away, until the new owner announces it (SetHandover).
+	handover bool
 }
 
 // sameEntry reports whether a responder answering with cur needs no change
@@ -33,7 +36,7 @@ func sameEntry(cur, want *ownedIP) bool {
 	if cur == nil || want == nil {
 		return cur == want
 	}
-	return cur == want || (cur.proxied && want.proxied && cur.mac == want.mac)
+	return cur == want || (cur.proxied && want.proxied && cur.mac == want.mac && cur.handover == want.handover)
 }
 
 // ownedSet is the immutable set of IPs one responder answers for. The

@@ -702,9 +702,12 @@ func (e *Engine) awaitsJudgement(elig *NodeSet) bool {
 // them, so that replicas acting at once cannot move one key twice; a key
 // goes only to a node of the same or a higher preference score (the
 // least-loaded rule's first criterion), and never with FailbackImmediate,
-// where the hash winner owns every key. Keys are tried in sorted order;
-// Rebalance returns the changes, to be broadcast like any decision.
-func (e *Engine) Rebalance(n int) []Change {
+// where the hash winner owns every key. Keys for which keep returns true
+// (nil: none) stay: the caller's, e.g. keys whose last planned move is still
+// being drained, since a second move would break the connections the
+// previous owner holds. Keys are tried in sorted order; Rebalance returns the
+// changes, to be broadcast like any decision.
+func (e *Engine) Rebalance(n int, keep func(key string) bool) []Change {
 	self := e.opts.Self
 	if n <= 0 || e.opts.Failback == FailbackImmediate || !e.synced || !e.Acting() || !e.placeable(self) {
 		return nil
@@ -713,6 +716,9 @@ func (e *Engine) Rebalance(n int) []Change {
 	for _, k := range e.Owned(self) {
 		if len(out) >= n {
 			break
+		}
+		if keep != nil && keep(k) {
+			continue
 		}
 		elig := e.keys[k]
 		to := e.leastLoaded(k, elig)

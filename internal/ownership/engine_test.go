@@ -452,28 +452,33 @@ func TestRebalance(t *testing.T) {
 	}
 
 	e := start(t, Options{}, nil)
-	if c := e.Rebalance(1); len(c) != 1 || c[0].From != "a" || c[0].Reason != ReasonRebalance {
-		t.Fatalf("Rebalance(1) = %v, want one key moved off a", c)
+	if c := e.Rebalance(1, nil); len(c) != 1 || c[0].From != "a" || c[0].Reason != ReasonRebalance {
+		t.Fatalf("Rebalance(1, nil) = %v, want one key moved off a", c)
 	}
 	for range 10 {
-		e.Rebalance(1)
+		e.Rebalance(1, nil)
 	}
 	if l := loads(e); l["a"] != 2 || l["b"] != 2 || l["c"] != 2 || l["d"] != 2 {
 		t.Fatalf("loads after rebalancing %v, want 2 each", l)
 	}
-	if c := e.Rebalance(100); len(c) != 0 {
+	if c := e.Rebalance(100, nil); len(c) != 0 {
 		t.Fatalf("a balanced cluster rebalanced: %v", c)
 	}
 
-	if c := start(t, Options{Failback: FailbackImmediate}, nil).Rebalance(100); len(c) != 0 {
+	if c := start(t, Options{Failback: FailbackImmediate}, nil).Rebalance(100, nil); len(c) != 0 {
 		t.Fatalf("FailbackImmediate rebalanced: %v", c)
 	}
-	if c := start(t, Options{}, map[string]int64{"a": 10}).Rebalance(100); len(c) != 0 {
+	if c := start(t, Options{}, map[string]int64{"a": 10}).Rebalance(100, nil); len(c) != 0 {
 		t.Fatalf("keys left a, the preferred node: %v", c)
 	}
 	e = start(t, Options{}, nil)
+	kept := func(k string) bool { return k != "k5" }
+	if c := e.Rebalance(100, kept); len(c) != 1 || c[0].Key != "k5" {
+		t.Fatalf("Rebalance with every key but k5 kept = %v, want k5 alone moved", c)
+	}
+	e = start(t, Options{}, nil)
 	e.SetTrusted(false)
-	if c := e.Rebalance(100); len(c) != 0 {
+	if c := e.Rebalance(100, nil); len(c) != 0 {
 		t.Fatalf("a replica that does not act rebalanced: %v", c)
 	}
 }
