@@ -26,6 +26,7 @@ import (
 type announcer interface {
 	Apply(updates []layer2.BalancerUpdate)
 	SetProxy(name string, ips []netip.Addr, macs map[string]net.HardwareAddr)
+	SetHandover(name string, ips []netip.Addr)
 	DeleteProxy(name string)
 	Interfaces() []string
 	KernelARPFindings(ips []netip.Addr) ([]layer2.KernelARPFinding, error)
@@ -112,7 +113,19 @@ type owners struct {
 	// rebalanceUntil the end of the burst it asked for.
 	rebalanceAsked string
 	rebalanceUntil time.Time
+	// handovers are the keys this node gave to another node, until when it
+	// still answers for their IPs (handoverLinger): the announcer ends each
+	// IP's hand-over earlier once the new owner announces it.
+	handovers map[string]time.Time
 }
+
+// handoverLinger bounds how long a node that gave a key away keeps
+// answering ARP/NDP for its IPs, in case the new owner never announces them.
+// The new owner learns the move by gossip (a 500-IP drain took 2.5 s in the
+// lab), and its gratuitous announcement, seen by this node, ends the
+// hand-over at once; until then a client whose neighbour entry expired would
+// find nobody answering.
+const handoverLinger = 5 * time.Second
 
 // drainEntry is a planned move to this node in its drain period.
 type drainEntry struct {
@@ -134,6 +147,7 @@ func newOwners(log logr.Logger, self string, opts ownership.Options, ann announc
 		macs:        map[string]map[string]net.HardwareAddr{},
 		unannounced: map[string]string{},
 		drains:      map[string]drainEntry{},
+		handovers:   map[string]time.Time{},
 	}
 }
 
@@ -269,6 +283,17 @@ func (o *owners) applyLocked(sc *scope, changes []ownership.Change) {
 			sc.assigned[ch.Key] = true
 		}
 	}
+	// A key this node decided to give to another node by a planned move is
+	// handed over: this node, which still delivers, answers for its IPs
+	// until the new owner, which learns of the move by gossip, announces
+	// them. (Not when this node's data path is judged down or unhealthy:
+	// then its answers would only keep clients away from the new owner.)
+	var handovers []string
+	for _, ch := range changes {
+		if ch.From == o.self && ch.To != "" && ch.To != o.self && handedOver[ch.Reason] && o.announcesKeyLocked(ch.Key) {
+			handovers = append(handovers, ch.Key)
+		}
+	}
 	// Answer first: the announcer gets every key's change in one batch
 	// before the logs, metrics and gossip below, so that none of them
 	// delays a takeover.
@@ -280,6 +305,14 @@ func (o *owners) applyLocked(sc *scope, changes []ownership.Change) {
 	}
 	if o.proxyDirty {
 		o.refreshProxiesLocked()
+	}
+	// Before the balancers go (Apply), so that the IPs are answered
+	// throughout.
+	for _, key := range handovers {
+		if ips := o.keyIPsLocked(key); len(ips) > 0 {
+			o.ann.SetHandover(handoverName(key), ips)
+			o.handovers[key] = time.Now().Add(handoverLinger)
+		}
 	}
 	// A planned move's forwarding is in place before this node answers for
 	// the IP: from the gratuitous ARP on, the connections it does not know
@@ -343,6 +376,51 @@ func (o *owners) noteDrainsLocked(changes []ownership.Change, now time.Time) boo
 	return changed
 }
 
+// handedOver are the reasons of the moves a node that gave its key away
+// hands over (planned moves: the node still delivers).
+var handedOver = map[ownership.Reason]bool{
+	ownership.ReasonOwnerIneligible: true,
+	ownership.ReasonFailback:        true,
+	ownership.ReasonRebalance:       true,
+}
+
+// handoverName is the announcer entry of a key's hand-over.
+func handoverName(key string) string { return "handover/" + key }
+
+// announcesKeyLocked reports whether this node answers for a Service of key.
+func (o *owners) announcesKeyLocked(key string) bool {
+	for svc := range o.byKey[key] {
+		if _, ok := o.announced[svc]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// keyIPsLocked returns the IPs of key's Services that are to be announced
+// (no Reason not to), sorted and without duplicates.
+func (o *owners) keyIPsLocked(key string) []netip.Addr {
+	var ips []netip.Addr
+	for svc := range o.byKey[key] {
+		if e := o.services[svc]; e != nil && e.in.Reason == "" {
+			ips = append(ips, e.in.IPs...)
+		}
+	}
+	slices.SortFunc(ips, netip.Addr.Compare)
+	return slices.Compact(ips)
+}
+
+// drainingLocked reports whether this node drains key (a planned move
+// brought it here less than the drain timeout ago): it keeps such a key
+// from being rebalanced away. Drains are one hop: once this node gives the
+// key away it forwards nothing for it (two nodes must never hand a flow
+// back and forth), so the connections it still forwards to the previous
+// owner would break.
+func (o *owners) drainingLocked(key string) bool {
+	_, ok := o.drains[key]
+	return ok
+}
+
 // handDrainsLocked gives the data path the drains in effect, with the IPs of
 // their keys' Services; keys this node no longer serves are dropped.
 func (o *owners) handDrainsLocked() {
@@ -355,17 +433,11 @@ func (o *owners) handDrainsLocked() {
 			delete(o.drains, key)
 			continue
 		}
-		var ips []netip.Addr
-		for svc := range o.byKey[key] {
-			if e := o.services[svc]; e != nil && e.in.Reason == "" {
-				ips = append(ips, e.in.IPs...)
-			}
-		}
+		ips := o.keyIPsLocked(key)
 		if len(ips) == 0 {
 			continue
 		}
-		slices.SortFunc(ips, netip.Addr.Compare)
-		out = append(out, Drain{Key: key, From: d.from, IPs: slices.Compact(ips), Until: d.until, MACs: maps.Clone(o.macs[d.from])})
+		out = append(out, Drain{Key: key, From: d.from, IPs: ips, Until: d.until, MACs: maps.Clone(o.macs[d.from])})
 	}
 	slices.SortFunc(out, func(a, b Drain) int { return strings.Compare(a.Key, b.Key) })
 	o.handoff(out)
@@ -605,11 +677,7 @@ func (o *owners) refreshProxiesLocked() {
 		}
 		var ips []netip.Addr
 		for _, k := range o.eng.Owned(n) {
-			for svc := range o.byKey[k] {
-				if e := o.services[svc]; e != nil && e.in.Reason == "" {
-					ips = append(ips, e.in.IPs...)
-				}
-			}
+			ips = append(ips, o.keyIPsLocked(k)...)
 		}
 		if len(ips) == 0 {
 			continue // its IPs moved (its data path is down): nothing to answer for
@@ -775,7 +843,7 @@ func (o *owners) Tick(now time.Time) {
 		}
 		if every > 0 && now.Sub(o.lastRebalance) >= every {
 			o.lastRebalance = now
-			changes = append(changes, o.eng.Rebalance(1)...)
+			changes = append(changes, o.eng.Rebalance(1, o.drainingLocked)...)
 		}
 		if len(changes) > 0 {
 			o.proxyDirty = true
@@ -790,6 +858,12 @@ func (o *owners) Tick(now time.Time) {
 		}
 		if expired {
 			o.handDrainsLocked()
+		}
+		for key, until := range o.handovers {
+			if !now.Before(until) {
+				o.ann.DeleteProxy(handoverName(key))
+				delete(o.handovers, key)
+			}
 		}
 		if now.Sub(o.lastSweep) >= setSweepEvery {
 			o.sweepSetsLocked()

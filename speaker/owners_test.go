@@ -59,6 +59,12 @@ func (f *fakeAnnouncer) SetProxy(name string, _ []netip.Addr, macs map[string]ne
 	defer f.mu.Unlock()
 	f.proxies[name] = macs
 }
+func (f *fakeAnnouncer) SetHandover(name string, ips []netip.Addr) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.log = append(f.log, fmt.Sprintf("handover %s %v", name, ips))
+	f.proxies[name] = map[string]net.HardwareAddr{} // proxying: non-nil, for this node itself
+}
 func (f *fakeAnnouncer) DeleteProxy(name string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -246,5 +247,105 @@ func TestRequestRebalanceRemoved(t *testing.T) {
 	defer o.mu.Unlock()
 	if !started || !o.rebalanceUntil.IsZero() {
 		t.Fatalf("burst started %v, until %v after the annotation was removed: want started, then ended", started, o.rebalanceUntil)
+	}
+}
+
+// TestHandoverOnPlannedMove: a key this node gives away (here by
+// rebalancing) is handed over before its balancer goes, so that its IP is
+// answered until the new owner announces it; the hand-over ends after
+// handoverLinger at the latest. A move this node learned from a peer is
+// not handed over (the peer announces it already).
+func TestHandoverOnPlannedMove(t *testing.T) {
+	o, ann := testOwners(t, "a", logr.Discard(), "a")
+	for i := range 2 {
+		ip := fmt.Sprintf("172.18.255.%d", 30+i)
+		o.SetService(fmt.Sprintf("ns1/s%d", i), input(ip, "a", "b"), lbService(ip))
+	}
+	now := time.Now()
+	o.SetSpeaker("b", ownership.SpeakerAlive, now)
+	ann.calls()
+	o.RequestRebalance(now.UTC().Format(time.RFC3339), now)
+	o.Tick(now.Add(time.Second))
+	calls := ann.calls()
+	hand := slices.IndexFunc(calls, func(c string) bool { return strings.HasPrefix(c, "handover handover/") })
+	apply := slices.IndexFunc(calls, func(c string) bool { return strings.HasPrefix(c, "apply ") })
+	if hand < 0 || apply < 0 || hand > apply {
+		t.Fatalf("announcer calls %q: want a hand-over of the given key before the Apply that drops it", calls)
+	}
+	if !strings.Contains(calls[hand], "[172.18.255.3") {
+		t.Fatalf("hand-over %q: want the key's IP", calls[hand])
+	}
+	name := strings.Fields(calls[hand])[1]
+	if ann.proxying(name) == nil {
+		t.Fatalf("no announcer entry %s", name)
+	}
+	o.Tick(now.Add(time.Second + handoverLinger/2))
+	if ann.proxying(name) == nil {
+		t.Fatalf("hand-over %s ended before handoverLinger", name)
+	}
+	o.Tick(now.Add(2*time.Second + handoverLinger))
+	if ann.proxying(name) != nil {
+		t.Fatalf("hand-over %s still in place after handoverLinger", name)
+	}
+
+	// The new owner's own decision, learned here: nothing to hand over.
+	o2, ann2 := testOwners(t, "a", logr.Discard(), "a", "b")
+	ip := "172.18.255.40"
+	for i := 41; election.Rank(ip, []string{"a", "b"})[0] != "a"; i++ {
+		ip = fmt.Sprintf("172.18.255.%d", i) // one the hash gives to a
+	}
+	o2.SetService("ns1/x", input(ip, "a", "b"), lbService(ip))
+	c := o2.Claims()[0]
+	if c.Owner != "a" || !ann2.announces("ns1/x") {
+		t.Fatalf("claim %+v: want a, the hash winner, announcing", c)
+	}
+	ann2.calls()
+	o2.Merge([]ownership.Claim{{Key: c.Key, Owner: "b", Epoch: c.Epoch + 1}})
+	if ann2.announces("ns1/x") {
+		t.Fatal("a still announces after learning b's claim")
+	}
+	if calls := ann2.calls(); slices.ContainsFunc(calls, func(c string) bool { return strings.HasPrefix(c, "handover") }) {
+		t.Fatalf("a learned move was handed over: %q", calls)
+	}
+}
+
+// TestRebalanceKeepsDrainedKeys: a key this node drains (a planned move
+// brought it here) is not rebalanced away while its drain lasts: drains are
+// one hop, so a second move would break the connections still forwarded to
+// the first owner. The other keys are rebalanced as usual.
+func TestRebalanceKeepsDrainedKeys(t *testing.T) {
+	// ip0 sorts before the other keys: Rebalance tries keys in order.
+	ip0 := "172.18.250.50"
+	for i := 51; election.Rank(ip0, []string{"a", "b"})[0] != "b"; i++ {
+		ip0 = fmt.Sprintf("172.18.250.%d", i) // one the hash gives to b
+	}
+	mac, _ := net.ParseMAC("02:42:ac:12:00:0b")
+	o, ann := testOwners(t, "a", logr.Discard(), "a", "b")
+	var got drainLog
+	o.setDrains(time.Minute, got.set)
+	o.SetService("ns1/moved", input(ip0, "a", "b"), lbService(ip0))
+	watchersVote(o, "b", ownership.PathUp, "eth0", mac)
+	o.SetService("ns1/moved", input(ip0, "a", "c"), lbService(ip0)) // b ineligible: a planned move to a
+	if d, _ := got.get(); len(d) != 1 || !ann.announces("ns1/moved") {
+		t.Fatalf("a announces %s: %v, drains %+v; want a, draining to b", ip0, ann.announces("ns1/moved"), d)
+	}
+	for i := range 3 {
+		ip := fmt.Sprintf("172.18.254.%d", 10+i)
+		o.SetService(fmt.Sprintf("ns1/s%d", i), input(ip, "a", "c"), lbService(ip))
+	}
+	now := time.Now()
+	o.SetSpeaker("c", ownership.SpeakerAlive, now)
+	o.RequestRebalance(now.UTC().Format(time.RFC3339), now)
+	for i := range 10 {
+		o.Tick(now.Add(time.Duration(1+i) * time.Second))
+	}
+	if !ann.announces("ns1/moved") {
+		t.Fatal("the key a drains was rebalanced away during its drain")
+	}
+	o.mu.Lock()
+	owned := len(o.eng.Owned("a"))
+	o.mu.Unlock()
+	if owned != 2 {
+		t.Fatalf("a owns %d keys after rebalancing, want 2 (the drained one and one of three)", owned)
 	}
 }
