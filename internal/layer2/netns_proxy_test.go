@@ -80,14 +80,7 @@ func TestNetnsProxy(t *testing.T) {
 // owner stops answering too, nobody answers, and no conflict was reported.
 func TestNetnsHandoverYields(t *testing.T) {
 	l := newLab(t)
-	hosts := []*bridgeHost{
-		{ns: l.nsA, ifname: "ilbl2" + l.id + "x", mac: mustMAC("02:1b:00:00:03:0a"), addrs: []string{"10.251.0.1/24"}},
-		{ns: "ilb-l2t-" + l.id + "-b", ifname: "ilbl2" + l.id + "y", mac: mustMAC("02:1b:00:00:03:0b"), addrs: []string{"10.251.0.3/24"}},
-		{ns: l.nsC, ifname: "ilbl2" + l.id + "z", mac: mustMAC("02:1b:00:00:03:0c"), addrs: []string{"10.251.0.2/24"}},
-	}
-	l.bridge(t, hosts)
-	a := startAnnouncerIn(t, hosts[0].ns, hosts[0].ifname, "ILB_L2_GARP_INTERVAL=200ms")
-	b := startAnnouncerIn(t, hosts[1].ns, hosts[1].ifname, "ILB_L2_GARP_INTERVAL=200ms")
+	hosts, a, b := l.twoAnnouncers(t, 3)
 	client := hosts[2]
 	vip := l.vip4.String()
 	for _, cmd := range []string{"set svc " + vip, "handover h " + vip, "del svc"} {

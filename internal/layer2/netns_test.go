@@ -667,15 +667,8 @@ func TestNetnsKernelARPFindings(t *testing.T) {
 // neighbour entry at once, and both owning the IP (split brain) is reported
 // by both.
 func TestNetnsHandoverAndSplitBrain(t *testing.T) {
-	l := newLab(t) // only for the namespaces A and C and the id; its veth is unused
-	hosts := []*bridgeHost{
-		{ns: l.nsA, ifname: "ilbl2" + l.id + "x", mac: mustMAC("02:1b:00:00:01:0a"), addrs: []string{"10.251.0.1/24"}},
-		{ns: "ilb-l2t-" + l.id + "-b", ifname: "ilbl2" + l.id + "y", mac: mustMAC("02:1b:00:00:01:0b"), addrs: []string{"10.251.0.3/24"}},
-		{ns: l.nsC, ifname: "ilbl2" + l.id + "z", mac: mustMAC("02:1b:00:00:01:0c"), addrs: []string{"10.251.0.2/24"}},
-	}
-	l.bridge(t, hosts)
-	a := startAnnouncerIn(t, hosts[0].ns, hosts[0].ifname, "ILB_L2_GARP_INTERVAL=200ms")
-	b := startAnnouncerIn(t, hosts[1].ns, hosts[1].ifname, "ILB_L2_GARP_INTERVAL=200ms")
+	l := newLab(t)
+	hosts, a, b := l.twoAnnouncers(t, 1)
 	client := hosts[2]
 	vip := l.vip4.String()
 
@@ -731,6 +724,24 @@ func TestNetnsHandoverAndSplitBrain(t *testing.T) {
 	}
 	waitConflict(t, a, fmt.Sprintf("conflict %s %s %s", vip, hosts[1].mac, hosts[0].ifname))
 	waitConflict(t, b, fmt.Sprintf("conflict %s %s %s", vip, hosts[0].mac, hosts[1].ifname))
+}
+
+// twoAnnouncers bridges announcers a and b (namespace A and a third one) and
+// the client (namespace C), with MACs 02:1b:00:00:<macByte>:0a, 0b, 0c;
+// its veth is unused. The announcers send their gratuitous bursts 200 ms
+// apart.
+func (l *lab) twoAnnouncers(t *testing.T, macByte byte) (hosts []*bridgeHost, a, b *helper) {
+	t.Helper()
+	mac := func(last byte) net.HardwareAddr { return net.HardwareAddr{0x02, 0x1b, 0, 0, macByte, last} }
+	hosts = []*bridgeHost{
+		{ns: l.nsA, ifname: "ilbl2" + l.id + "x", mac: mac(0x0a), addrs: []string{"10.251.0.1/24"}},
+		{ns: "ilb-l2t-" + l.id + "-b", ifname: "ilbl2" + l.id + "y", mac: mac(0x0b), addrs: []string{"10.251.0.3/24"}},
+		{ns: l.nsC, ifname: "ilbl2" + l.id + "z", mac: mac(0x0c), addrs: []string{"10.251.0.2/24"}},
+	}
+	l.bridge(t, hosts)
+	a = startAnnouncerIn(t, hosts[0].ns, hosts[0].ifname, "ILB_L2_GARP_INTERVAL=200ms")
+	b = startAnnouncerIn(t, hosts[1].ns, hosts[1].ifname, "ILB_L2_GARP_INTERVAL=200ms")
+	return hosts, a, b
 }
 
 func waitConflict(t *testing.T, h *helper, want string) {
