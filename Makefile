@@ -150,39 +150,43 @@ test-unit: ## Run the Go tests (envtest suites use the API server in ./bin); roo
 	go test -json -count=1 -timeout 25m -p 1 $(ROOT_PKGS) | $(TEST_SUMMARY)
 
 .PHONY: test-e2e
-test-e2e: lab $(HELM) $(PROMETHEUS) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Run the e2e suite (root): brings the lab up, installs the chart, runs test/e2e, tears the lab down.
+# E2E_DEPS is what test/e2e's TestMain needs to bring the lab up (it runs
+# Prometheus in it): every target that runs the suite or its benchmarks.
+E2E_DEPS = lab $(HELM) $(PROMETHEUS) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES))
+
+test-e2e: $(E2E_DEPS) ## Run the e2e suite (root): brings the lab up, installs the chart, runs test/e2e, tears the lab down.
 	go test -json -tags e2e ./test/e2e -count=1 -v -timeout 30m $(E2E_FLAGS) | $(TEST_SUMMARY) -v
 
 .PHONY: bench-failover
-bench-failover: lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Failover figures in the lab (root): hard kills (E2E_FAILOVER_KILLS=20) and graceful speaker restarts (E2E_GRACEFUL_RUNS=5), IPv4 or E2E_FAILOVER_FAMILY=ipv6 (docs/benchmarks-e2e.md).
+bench-failover: $(E2E_DEPS) ## Failover figures in the lab (root): hard kills (E2E_FAILOVER_KILLS=20) and graceful speaker restarts (E2E_GRACEFUL_RUNS=5), IPv4 or E2E_FAILOVER_FAMILY=ipv6 (docs/benchmarks-e2e.md).
 	go test -tags e2e ./test/e2e -run '^$$' -bench 'Failover$$' -benchtime 1x -timeout 60m -v
 
 .PHONY: bench-failover-scale
 bench-failover-scale: N ?= 2000
-bench-failover-scale: lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## N LoadBalancer Services (N=2000; the lab gets a /16 service CIDR), how long creating them takes, then hard-kill failover among them (E2E_FAILOVER_KILLS=5) (docs/benchmarks-e2e.md).
+bench-failover-scale: $(E2E_DEPS) ## N LoadBalancer Services (N=2000; the lab gets a /16 service CIDR), how long creating them takes, then hard-kill failover among them (E2E_FAILOVER_KILLS=5) (docs/benchmarks-e2e.md).
 	LAB_SERVICE_CIDR=$(if $(filter 10.200.1.0/24,$(LAB_SERVICE_CIDR)),10.200.0.0/16,$(LAB_SERVICE_CIDR)) E2E_SCALE_SERVICES=$(N) \
 		go test -tags e2e ./test/e2e -run '^$$' -bench FailoverScale -benchtime 1x -timeout 90m -v
 
 .PHONY: bench-drain
 bench-drain: N ?= 500
-bench-drain: lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Drain (kubectl ironlb drain's annotation) the node announcing the most of N Services (N=500; a /16 service CIDR), with traffic to one of its IPs: how long, CPU, what the client saw (docs/benchmarks-e2e.md).
+bench-drain: $(E2E_DEPS) ## Drain (kubectl ironlb drain's annotation) the node announcing the most of N Services (N=500; a /16 service CIDR), with traffic to one of its IPs: how long, CPU, what the client saw (docs/benchmarks-e2e.md).
 	LAB_SERVICE_CIDR=$(if $(filter 10.200.1.0/24,$(LAB_SERVICE_CIDR)),10.200.0.0/16,$(LAB_SERVICE_CIDR)) E2E_SCALE_SERVICES=$(N) \
 		go test -tags e2e ./test/e2e -run '^$$' -bench DrainScale -benchtime 1x -timeout 60m -v
 
 .PHONY: bench-create
-bench-create: lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Service created -> IP -> first ARP reply -> first good request, in the lab (root; E2E_CREATE_RUNS=10) (docs/benchmarks-e2e.md).
+bench-create: $(E2E_DEPS) ## Service created -> IP -> first ARP reply -> first good request, in the lab (root; E2E_CREATE_RUNS=10) (docs/benchmarks-e2e.md).
 	go test -tags e2e ./test/e2e -run '^$$' -bench ServiceToTraffic -benchtime 1x -timeout 30m -v
 
 .PHONY: bench-saturation
-bench-saturation: lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## Owner changes with every CPU saturated for E2E_SATURATION=10m, in the lab (root) (docs/benchmarks-e2e.md).
+bench-saturation: $(E2E_DEPS) ## Owner changes with every CPU saturated for E2E_SATURATION=10m, in the lab (root) (docs/benchmarks-e2e.md).
 	go test -tags e2e ./test/e2e -run '^$$' -bench Saturation -benchtime 1x -timeout 40m -v
 
 .PHONY: bench-metallb
-bench-metallb: metallb lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## ironlb and MetalLB v0.16.2 side by side in one lab (root): speaker rolling restarts (E2E_VS_ROLLS=3), creates (E2E_VS_CREATE=10), hard kills (E2E_VS_KILLS=20), ratios (docs/benchmarks-metallb.md).
+bench-metallb: metallb $(E2E_DEPS) ## ironlb and MetalLB v0.16.2 side by side in one lab (root): speaker rolling restarts (E2E_VS_ROLLS=3), creates (E2E_VS_CREATE=10), hard kills (E2E_VS_KILLS=20), ratios (docs/benchmarks-metallb.md).
 	LAB_PROMETHEUS=0 go test -tags e2e ./test/e2e -run '^$$' -bench VersusMetalLB -benchtime 1x -timeout 90m -v
 
 .PHONY: bench-chaos
-bench-chaos: lab $(HELM) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) ## The nemesis for E2E_NEMESIS_DURATION=30m in the lab (root): random faults, one or two at a time (seed printed; E2E_NEMESIS_SEED=N replays it, E2E_NEMESIS_FAULTS picks kinds), checked from mypc and mypc2; prints the report (docs/benchmarks-e2e.md#nemesis).
+bench-chaos: $(E2E_DEPS) ## The nemesis for E2E_NEMESIS_DURATION=30m in the lab (root): random faults, one or two at a time (seed printed; E2E_NEMESIS_SEED=N replays it, E2E_NEMESIS_FAULTS picks kinds), checked from mypc and mypc2; prints the report (docs/benchmarks-e2e.md#nemesis).
 	LAB_PROMETHEUS=0 go test -tags e2e ./test/e2e -run '^$$' -bench 'Chaos$$' -benchtime 1x -timeout $(BENCH_CHAOS_TIMEOUT) -v
 
 # bench-chaos's go test timeout: its 30 minutes of faults plus the lab and the recoveries.

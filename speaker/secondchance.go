@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/ironlb/ironlb/internal/secondchance"
+	"github.com/ironlb/ironlb/internal/statusview"
 )
 
 // DefaultDrainTimeout is how long, after an IP moved here from a node that
@@ -192,6 +193,36 @@ func (s *secondChance) applyLocked(now time.Time) (missing bool) {
 	s.metrics.drainFlows.Set(float64(stats.ForwardedFlows))
 	s.metrics.drainPackets.Set(float64(stats.ForwardedPackets))
 	return missing
+}
+
+// Drains returns the drains in effect as `ironlb status` shows them, with
+// the connections each forwarded within the last 2 minutes, read from the
+// kernel now.
+func (s *secondChance) Drains() []statusview.Drain {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	byVIP := map[netip.Addr]int{}
+	for _, t := range s.tables {
+		if st, err := t.Stats(); err == nil {
+			for ip, n := range st.ForwardedByVIP {
+				byVIP[ip] += n
+			}
+		}
+	}
+	now := time.Now()
+	var out []statusview.Drain
+	for _, d := range s.want { // sorted by key (owners.handDrainsLocked)
+		if !now.Before(d.Until) {
+			continue
+		}
+		v := statusview.Drain{Key: d.Key, From: d.From, Until: d.Until.UTC()}
+		for _, ip := range d.IPs {
+			v.IPs = append(v.IPs, ip.String())
+			v.ForwardedFlows += byVIP[ip]
+		}
+		out = append(out, v)
+	}
+	return out
 }
 
 func (s *secondChance) closeAll() {

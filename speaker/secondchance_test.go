@@ -349,3 +349,21 @@ func TestRebalanceKeepsDrainedKeys(t *testing.T) {
 		t.Fatalf("a owns %d keys after rebalancing, want 2 (the drained one and one of three)", owned)
 	}
 }
+
+// TestSecondChanceDrainsView: the drains in effect are what `ironlb status`
+// lists (an expired one is not); without a table (the previous owner's MAC
+// unknown) nothing is forwarded yet.
+func TestSecondChanceDrainsView(t *testing.T) {
+	sc := newSecondChance(logr.Discard(), newMetrics(nil), nil)
+	now := time.Now()
+	ip := netip.MustParseAddr("172.18.255.60")
+	sc.Set([]Drain{
+		{Key: "172.18.255.59", From: "w1", IPs: []netip.Addr{netip.MustParseAddr("172.18.255.59")}, Until: now.Add(-time.Second)},
+		{Key: ip.String(), From: "w2", IPs: []netip.Addr{ip}, Until: now.Add(time.Minute)},
+	})
+	got := sc.Drains()
+	if len(got) != 1 || got[0].From != "w2" || !slices.Equal(got[0].IPs, []string{ip.String()}) || got[0].ForwardedFlows != 0 ||
+		!got[0].Until.Equal(now.Add(time.Minute).UTC()) {
+		t.Fatalf("Drains() = %+v, want w2's drain of %s alone, nothing forwarded", got, ip)
+	}
+}

@@ -127,6 +127,9 @@ type statusSource struct {
 	// survey asks the segment who answers for an address
 	// (layer2.Prober.Survey); nil: the segment is not asked.
 	survey func(ctx context.Context, addr netip.Addr, window time.Duration) ([]layer2.SurveyAnswer, layer2.ProbeReason, error)
+	// drains returns the planned moves this node drains (secondChance);
+	// nil: none (--drain-timeout=0).
+	drains func() []statusview.Drain
 }
 
 // Segment survey: surveyWindow is how long answers are collected after the
@@ -173,6 +176,13 @@ func (s *statusSource) Snapshot(ctx context.Context, f statusview.Filter) status
 	for _, c := range v.changes {
 		if (f.Service == "" && f.IP == "") || keys[c.Key] {
 			snap.Changes = append(snap.Changes, c)
+		}
+	}
+	if s.drains != nil {
+		for _, d := range s.drains() {
+			if (f.Service == "" && f.IP == "") || keys[d.Key] {
+				snap.Drains = append(snap.Drains, d)
+			}
 		}
 	}
 	if f.Segment && s.survey != nil {

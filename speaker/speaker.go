@@ -250,6 +250,9 @@ func Run(ctx context.Context, opts Options) error {
 	if probeAddr != "0" {
 		// Last before the start: nothing returns early once it listens.
 		status := &statusSource{self: opts.NodeName, own: own, ann: n.ann, ml: ml, conflicts: conflictRecords, exclusions: r.exclusions, survey: survey}
+		if n.second != nil {
+			status.drains = n.second.Drains
+		}
 		live := newLiveness(own, n.health) // Start set it (nil without memberlist)
 		srv, err := probeServer(probeAddr, live.check, canAnnounce, status)
 		if err != nil {

@@ -2,6 +2,7 @@ package secondchance
 
 import (
 	"net"
+	"net/netip"
 	"time"
 
 	"github.com/google/nftables"
@@ -96,6 +97,16 @@ var (
 // flowType is the key type of the flow sets: saddr . sport . daddr . dport.
 func (f *family) flowType() nftables.SetDatatype {
 	return nftables.MustConcatSetType(f.addrType, nftables.TypeInetService, f.addrType, nftables.TypeInetService)
+}
+
+// flowVIP returns the destination address of a flow set key (flowType:
+// each part padded to 4 bytes, so daddr follows saddr and sport's 4 bytes).
+func (f *family) flowVIP(key []byte) (netip.Addr, bool) {
+	off := int(f.addrLen) + 4
+	if len(key) < off+int(f.addrLen) {
+		return netip.Addr{}, false
+	}
+	return netip.AddrFromSlice(key[off : off+int(f.addrLen)])
 }
 
 // objects are the sets, map and counter of one family in table tb, created

@@ -24,6 +24,9 @@ type Stats struct {
 	ForwardedPackets uint64 // packets sent on to previous owners (both families)
 	ForwardedFlows   int    // flows forwarded within the last 2 minutes (elements of the forwarded-flow sets)
 	LocalFlows       int    // flows this node started serving since the forwards were set
+	// ForwardedByVIP splits ForwardedFlows by the IP the flows are
+	// addressed to (nil when there are none).
+	ForwardedByVIP map[netip.Addr]int
 }
 
 // ErrInvalidForward is wrapped by the error Set returns for input it refuses
@@ -356,6 +359,17 @@ func (t *Table) Stats() (Stats, error) {
 				return Stats{}, t.errorf("reading set %s: %w", s.set.Name, err)
 			}
 			*s.n += len(el)
+			if s.set != t.objs[i].forwarded {
+				continue
+			}
+			for _, e := range el {
+				if vip, ok := families[i].flowVIP(e.Key); ok {
+					if st.ForwardedByVIP == nil {
+						st.ForwardedByVIP = map[netip.Addr]int{}
+					}
+					st.ForwardedByVIP[vip]++
+				}
+			}
 		}
 	}
 	return st, nil

@@ -20,6 +20,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -325,7 +326,7 @@ func TestNetnsSecondChance(t *testing.T) {
 			ctl.expect(t, "control connection before the move", 1, l.old)
 			l.neigh(t, vip, l.new)
 			ctl.expectBroken(t, "control connection after the move, no forwarding")
-			if st := l.stats(t); st != (Stats{}) {
+			if st := l.stats(t); !reflect.DeepEqual(st, Stats{}) {
 				t.Errorf("Stats before any Set = %+v, want zero", st)
 			}
 
@@ -345,6 +346,9 @@ func TestNetnsSecondChance(t *testing.T) {
 			if st.ForwardedPackets == 0 || st.ForwardedFlows < 1 || st.LocalFlows < 1 {
 				t.Errorf("Stats = %+v, want forwarded packets > 0, forwarded flows >= 1, local flows >= 1", st)
 			}
+			if len(st.ForwardedByVIP) != 1 || st.ForwardedByVIP[vip] != st.ForwardedFlows {
+				t.Errorf("ForwardedByVIP = %v, want all %d forwarded flows on %s", st.ForwardedByVIP, st.ForwardedFlows, vip)
+			}
 
 			// Another forward added: the map changes, the local set stays,
 			// so B is still served here (were it forgotten, its packets
@@ -362,7 +366,7 @@ func TestNetnsSecondChance(t *testing.T) {
 			if tables := l.tables(t); strings.Contains(tables, l.table.nft.Name) {
 				t.Fatalf("after Set(nil) NEW still has the table:\n%s", tables)
 			}
-			if st := l.stats(t); st != (Stats{}) {
+			if st := l.stats(t); !reflect.DeepEqual(st, Stats{}) {
 				t.Errorf("Stats without a table = %+v, want zero", st)
 			}
 			a.expectBroken(t, "connection A after Set(nil)")

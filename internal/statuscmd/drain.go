@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/ironlb/ironlb/internal/election"
+	"github.com/ironlb/ironlb/internal/statusview"
 )
 
 // drainOptions are the flags of drain and undrain.
@@ -44,7 +45,10 @@ as planned moves. Their new owners serve new connections at once and forward the
 connections they do not know to the drained node, which still holds their state, for the
 speakers' --drain-timeout (5 minutes by default; the metric ironlb_drain_forwarded_flows
 counts them), so that none breaks. With --wait (the default) it prints the IPs still on the
-node until none is. "kubectl ironlb undrain NODE" makes the node eligible again.
+node until none is, then how many connections the new owners still forward to the node
+(read from the speakers as "kubectl ironlb status" does, which needs pods/exec: the chart's
+status-reader role) and until when. "kubectl ironlb undrain NODE" makes the node eligible
+again.
 
 Cordon does not move IPs: a cordoned node still delivers its Services (kube-proxy runs on it).`,
 		Args:          cobra.ExactArgs(1),
@@ -119,7 +123,45 @@ func drain(ctx context.Context, o drainOptions, node string, on bool, out io.Wri
 	if !o.wait {
 		return nil
 	}
-	return waitDrained(ctx, cfg, o.ironlbNamespace, node, out)
+	if err := waitDrained(ctx, cfg, o.ironlbNamespace, node, out); err != nil {
+		return err
+	}
+	reportForwarded(ctx, cfg, cs, o.ironlbNamespace, node, out)
+	return nil
+}
+
+// reportForwarded prints how many connections the new owners still forward
+// to node (the speakers' drains, read as `kubectl ironlb status` does). It
+// only informs: a speaker that cannot be read (no pods/exec permission, say)
+// is named, and the drain goes on regardless.
+func reportForwarded(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, ns, node string, out io.Writer) {
+	r, err := speakerReport(ctx, cfg, cs, ns, DefaultSelector, DefaultContainer, statusview.Filter{})
+	if err != nil {
+		say(out, "could not read the speakers' drains (%v): the metric ironlb_drain_forwarded_flows counts the connections forwarded\n", err)
+		return
+	}
+	for _, s := range r.Speakers {
+		if s.Error != "" {
+			say(out, "could not read the speaker on %s (%s): its forwarded connections are not counted below\n", s.Node, s.Error)
+		}
+	}
+	flows, drains := r.ForwardedTo(node)
+	if drains == 0 {
+		say(out, "no node forwards connections to %s (--drain-timeout=0, or the moves were failovers): it can go down now\n", node)
+		return
+	}
+	until := time.Time{}
+	by := map[string]int{}
+	for _, d := range r.Drains {
+		if d.From == node {
+			by[d.Node] += d.ForwardedFlows
+			if d.Until.After(until) {
+				until = d.Until
+			}
+		}
+	}
+	say(out, "%d connections opened before the move are still forwarded to %s by their new owners (%s); %s serves them until they close, or until %s at the latest\n",
+		flows, node, formatSpread(by), node, until.Format(time.RFC3339))
 }
 
 // waitDrained polls the ServiceL2Status objects until none names node,

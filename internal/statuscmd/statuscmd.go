@@ -219,15 +219,10 @@ func run(ctx context.Context, o options, args []string, out io.Writer) error {
 	if err != nil {
 		return fail(err)
 	}
-	pods, err := cs.CoreV1().Pods(o.ironlbNamespace).List(ctx, metav1.ListOptions{LabelSelector: o.selector})
+	report, err := speakerReport(ctx, cfg, cs, o.ironlbNamespace, o.selector, o.container, filter)
 	if err != nil {
-		return fail(fmt.Errorf("listing the speaker Pods (namespace %s, labels %s): %w", o.ironlbNamespace, o.selector, err))
+		return fail(err)
 	}
-	if len(pods.Items) == 0 {
-		return fail(fmt.Errorf("no speaker Pods in namespace %s with labels %s (--ironlb-namespace, --selector)", o.ironlbNamespace, o.selector))
-	}
-	sources := readSpeakers(ctx, cfg, cs, pods.Items, o.container, filter)
-	report := statusview.Merge(time.Now().UTC(), sources)
 	if err := write(out, o.output, report); err != nil {
 		return fail(err)
 	}
@@ -255,6 +250,19 @@ func write(out io.Writer, format string, r statusview.Report) error {
 		return err
 	}
 	return statusview.WriteTable(out, r)
+}
+
+// speakerReport reads the snapshot of every speaker Pod (namespace ns,
+// labels selector) and merges them.
+func speakerReport(ctx context.Context, cfg *rest.Config, cs kubernetes.Interface, ns, selector, container string, f statusview.Filter) (statusview.Report, error) {
+	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return statusview.Report{}, fmt.Errorf("listing the speaker Pods (namespace %s, labels %s): %w", ns, selector, err)
+	}
+	if len(pods.Items) == 0 {
+		return statusview.Report{}, fmt.Errorf("no speaker Pods in namespace %s with labels %s (--ironlb-namespace, --selector)", ns, selector)
+	}
+	return statusview.Merge(time.Now().UTC(), readSpeakers(ctx, cfg, cs, pods.Items, container, f)), nil
 }
 
 // readSpeakers execs the local status command in every speaker Pod, at

@@ -29,8 +29,28 @@ type Report struct {
 	Services   []ServiceStatus `json:"services"`
 	// Changes are the recent owner changes of the Services shown, newest
 	// first, one entry per transition whichever speakers saw it.
-	Changes  []Change  `json:"changes,omitempty"`
+	Changes []Change `json:"changes,omitempty"`
+	// Drains are the planned moves in their drain period, by new owner.
+	Drains   []NodeDrain `json:"drains,omitempty"`
 	Problems []Problem `json:"problems,omitempty"`
+}
+
+// NodeDrain is a drain (Drain) with the node running it.
+type NodeDrain struct {
+	Node string `json:"node"`
+	Drain
+}
+
+// ForwardedTo sums the connections forwarded to node by the drains of r,
+// and reports how many drains forward to it.
+func (r Report) ForwardedTo(node string) (flows, drains int) {
+	for _, d := range r.Drains {
+		if d.From == node {
+			flows += d.ForwardedFlows
+			drains++
+		}
+	}
+	return flows, drains
 }
 
 // SpeakerStatus is one speaker pod and whether it answered.
@@ -163,6 +183,13 @@ func Merge(now time.Time, sources []Source) Report {
 		r.Problems = append(r.Problems, probs...)
 	}
 	r.Changes = mergeChanges(srcs)
+	for _, s := range srcs {
+		if s.Snapshot != nil {
+			for _, d := range s.Snapshot.Drains {
+				r.Drains = append(r.Drains, NodeDrain{Node: s.Snapshot.Node, Drain: d})
+			}
+		}
+	}
 	return r
 }
 

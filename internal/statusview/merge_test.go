@@ -411,3 +411,34 @@ func TestMergeUnhealthyNodes(t *testing.T) {
 		t.Errorf("w2: %+v, want notYetHealthy", got[2])
 	}
 }
+
+// TestMergeDrains: every speaker's drains are listed with the node running
+// them, ForwardedTo sums those forwarding to one node, and the table shows
+// them.
+func TestMergeDrains(t *testing.T) {
+	c := cluster()
+	until := t0.Add(5 * time.Minute)
+	c["w2"].Drains = []Drain{{Key: vip, From: "w1", IPs: []string{vip}, Until: until, ForwardedFlows: 3}}
+	c["w3"].Drains = []Drain{
+		{Key: "172.18.255.201", From: "w1", IPs: []string{"172.18.255.201"}, Until: until, ForwardedFlows: 2},
+		{Key: "172.18.255.202", From: "w2", IPs: []string{"172.18.255.202"}, Until: until, ForwardedFlows: 7},
+	}
+	r := Merge(t0, sources(c))
+	if len(r.Drains) != 3 || r.Drains[0].Node != "w2" || r.Drains[1].Node != "w3" {
+		t.Fatalf("drains %+v: want w2's, then w3's two", r.Drains)
+	}
+	if flows, drains := r.ForwardedTo("w1"); flows != 5 || drains != 2 {
+		t.Errorf("ForwardedTo(w1) = %d flows in %d drains, want 5 in 2", flows, drains)
+	}
+	if flows, drains := r.ForwardedTo("w3"); flows != 0 || drains != 0 {
+		t.Errorf("ForwardedTo(w3) = %d, %d, want none", flows, drains)
+	}
+	var b bytes.Buffer
+	if err := WriteTable(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	want := "w3                        172.18.255.202  w2            7            2026-11-24T10:05:00Z"
+	if !strings.Contains(b.String(), "DRAINING (planned moves)") || !strings.Contains(b.String(), want) {
+		t.Errorf("table lacks the drains (want a line %q):\n%s", want, b.String())
+	}
+}

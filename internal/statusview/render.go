@@ -99,6 +99,16 @@ func writeTable(w io.Writer, r Report) error {
 		}
 	}
 
+	if len(r.Drains) > 0 {
+		p("\nDRAINING (planned moves)\tIPS\tFORWARDED TO\tCONNECTIONS\tUNTIL\n")
+		for _, d := range r.Drains {
+			p("%s\t%s\t%s\t%d\t%s\n", d.Node, strings.Join(d.IPs, ","), d.From, d.ForwardedFlows, d.Until.UTC().Format(time.RFC3339))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+
 	if len(r.Problems) == 0 {
 		p("\nno problem found\n")
 	} else {

@@ -57,6 +57,10 @@ type Snapshot struct {
 	Proxies []Proxy `json:"proxies,omitempty"`
 	// Changes are this speaker's recent owner changes, oldest first.
 	Changes []Change `json:"changes,omitempty"`
+	// Drains are the planned moves to this node in their drain period,
+	// sorted by key: it forwards the TCP connections it did not see start
+	// to their previous owner.
+	Drains []Drain `json:"drains,omitempty"`
 	// Surveyed is how many of the IPs it announces this speaker asked the
 	// segment about (Filter.Segment), and Unsurveyed how many it left out
 	// (MaxSurvey).
@@ -173,6 +177,18 @@ type Conflict struct {
 type Proxy struct {
 	Node string   `json:"node"`
 	IPs  []string `json:"ips"`
+}
+
+// Drain is one planned move in its drain period, as its new owner runs it.
+type Drain struct {
+	Key string `json:"key"`
+	// From is the previous owner, which the connections are forwarded to.
+	From  string    `json:"from"`
+	IPs   []string  `json:"ips"`
+	Until time.Time `json:"until"`
+	// ForwardedFlows counts the connections forwarded to From within the
+	// last 2 minutes (the kernel's forwarded-flow sets).
+	ForwardedFlows int `json:"forwardedFlows"`
 }
 
 // Change is one key changing owner, as a speaker saw it.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"testing"
 	"time"
@@ -61,6 +62,12 @@ func TestPlannedMoveDrain(t *testing.T) {
 		}
 		if !election.Drained(&n) {
 			t.Fatalf("%s has no %s annotation after drain: %v", f.owner, election.DrainAnnotation, n.Annotations)
+		}
+		// The traffic's keep-alive connections, opened before the move,
+		// are forwarded to the drained node, and the command says so.
+		m := regexp.MustCompile(`(\d+) connections opened before the move are still forwarded to ` + regexp.QuoteMeta(f.owner) + ` `).FindStringSubmatch(out)
+		if m == nil || m[1] == "0" {
+			t.Fatalf("kubectl ironlb drain did not report the keep-alive connections forwarded to %s", f.owner)
 		}
 	})
 }

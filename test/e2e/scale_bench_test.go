@@ -172,6 +172,9 @@ func runDrainBench(b *testing.B, e *Env, lab *labctl.Lab) {
 	fmt.Fprintf(os.Stderr, "drain: %d Services moved off %s in %v; now %v\n", byNode[victim], victim, took.Round(100*time.Millisecond), after)
 	fmt.Fprintf(os.Stderr, "drain: CPU seconds spent by the lab's processes meanwhile:\n%s", cpu)
 	fmt.Fprintf(os.Stderr, "drain: mypc's traffic to %s: %s\n", ip, rep)
+	if f := rep.NewConns.Failures; len(f) > 0 {
+		fmt.Fprintf(os.Stderr, "drain: the first failed new connections:\n  %s\n", strings.Join(f[:min(len(f), 5)], "\n  "))
+	}
 	b.ReportMetric(took.Seconds(), "drain-s")
 	b.ReportMetric(float64(byNode[victim]), "ips-moved")
 	b.ReportMetric(float64(rep.KeepAlive.Broken), "keepalive-broken")
