@@ -22,6 +22,7 @@ import (
 	"os/exec"
 	"reflect"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -37,7 +38,7 @@ const (
 
 // requireNetns skips a test that needs root, iproute2 and nft when they are
 // missing, and fails it in CI (CI=true), where they must be there.
-func requireNetns(t *testing.T) {
+func requireNetns(t testing.TB) {
 	t.Helper()
 	skip := t.Skipf
 	if os.Getenv("CI") == "true" {
@@ -104,7 +105,7 @@ type lab struct {
 
 // newLab builds the segment, starts the servers on vips in NEW and OLD and
 // opens the Table of NEW's interface. Everything goes at cleanup.
-func newLab(t *testing.T, vips ...netip.Addr) *lab {
+func newLab(t testing.TB, vips ...netip.Addr) *lab {
 	t.Helper()
 	requireNetns(t)
 	var rb [3]byte
@@ -172,7 +173,7 @@ func newLab(t *testing.T, vips ...netip.Addr) *lab {
 }
 
 // serve runs n's server on vip: it answers every line with n's name.
-func (l *lab) serve(t *testing.T, n *node, vip netip.Addr) {
+func (l *lab) serve(t testing.TB, n *node, vip netip.Addr) {
 	t.Helper()
 	var ln net.Listener
 	inNetns(t, n.ns, func() {
@@ -216,13 +217,13 @@ func (l *lab) serve(t *testing.T, n *node, vip netip.Addr) {
 
 // neigh points the client's neighbour entry for vip at n, as n's
 // announcement would.
-func (l *lab) neigh(t *testing.T, vip netip.Addr, n *node) {
+func (l *lab) neigh(t testing.TB, vip netip.Addr, n *node) {
 	t.Helper()
 	run(t, "ip", "-n", l.client.ns, "neigh", "replace", vip.String(), "lladdr", n.mac.String(), "dev", l.client.ifname, "nud", "permanent")
 }
 
 // set applies fwds to NEW's table.
-func (l *lab) set(t *testing.T, fwds ...Forward) {
+func (l *lab) set(t testing.TB, fwds ...Forward) {
 	t.Helper()
 	inNetns(t, l.new.ns, func() {
 		if err := l.table.Set(fwds); err != nil {
@@ -231,7 +232,7 @@ func (l *lab) set(t *testing.T, fwds ...Forward) {
 	})
 }
 
-func (l *lab) stats(t *testing.T) Stats {
+func (l *lab) stats(t testing.TB) Stats {
 	t.Helper()
 	var st Stats
 	inNetns(t, l.new.ns, func() {
@@ -255,7 +256,7 @@ type conn struct {
 	r *bufio.Reader
 }
 
-func (l *lab) dial(t *testing.T, vip netip.Addr) *conn {
+func (l *lab) dial(t testing.TB, vip netip.Addr) *conn {
 	t.Helper()
 	var c net.Conn
 	inNetns(t, l.client.ns, func() {
@@ -430,4 +431,73 @@ func TestNetnsMACChange(t *testing.T) {
 	if after := l.stats(t); after.ForwardedPackets <= before.ForwardedPackets || after.LocalFlows < 1 {
 		t.Errorf("Stats after the rules were rewritten = %+v (before: %+v)", after, before)
 	}
+}
+
+// BenchmarkNetnsForwarding: round trips (a line each way) on a connection
+// that OLD serves, direct (the client's neighbour entry points at OLD) and
+// forwarded by second chance (it points at NEW, whose table sends the
+// client's packets on to OLD; OLD answers the client directly). cpu-us/op is
+// the whole machine's busy CPU time per round trip (/proc/stat): the
+// namespaces share one kernel, whose softirq work no
+// process accounting shows, so the difference between the two is what
+// forwarding costs.
+//
+//	sudo go test ./internal/secondchance -run '^$' -bench NetnsForwarding -benchtime 20000x
+func BenchmarkNetnsForwarding(b *testing.B) {
+	vip := netip.MustParseAddr("10.98.0.100")
+	for _, forwarded := range []bool{false, true} {
+		name := "direct"
+		if forwarded {
+			name = "forwarded"
+		}
+		b.Run(name, func(b *testing.B) {
+			l := newLab(b, vip)
+			l.neigh(b, vip, l.old)
+			c := l.dial(b, vip)
+			if forwarded {
+				l.set(b, Forward{VIP: vip, OldMAC: l.old.mac})
+				l.neigh(b, vip, l.new)
+			}
+			before := l.stats(b)
+			cpu0 := machineCPU(b)
+			b.ResetTimer()
+			for i := range b.N {
+				if got, err := c.ask(); err != nil || got != l.old.name {
+					b.Fatalf("round trip %d: %q, %v; want an answer from %s", i+1, got, err, l.old.name)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64((machineCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-us/op")
+			if forwarded {
+				st := l.stats(b)
+				b.ReportMetric(float64(st.ForwardedPackets-before.ForwardedPackets)/float64(b.N), "forwarded-pkts/op")
+			}
+		})
+	}
+}
+
+// machineCPU is the CPU time every CPU of the machine spent busy (the
+// first line of /proc/stat, in USER_HZ ticks of 10 ms).
+func machineCPU(t testing.TB) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		t.Fatalf("/proc/stat starts with %q", line)
+	}
+	var ticks int64
+	// user, nice, system, irq, softirq (not idle, iowait, steal, nor
+	// guest and guest_nice, which user and nice include).
+	for _, i := range []int{1, 2, 3, 6, 7} {
+		n, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			t.Fatalf("/proc/stat: %q: field %d: %v", line, i, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
 }

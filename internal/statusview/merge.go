@@ -32,7 +32,7 @@ type Report struct {
 	Changes []Change `json:"changes,omitempty"`
 	// Drains are the planned moves in their drain period, by new owner.
 	Drains   []NodeDrain `json:"drains,omitempty"`
-	Problems []Problem `json:"problems,omitempty"`
+	Problems []Problem   `json:"problems,omitempty"`
 }
 
 // NodeDrain is a drain (Drain) with the node running it.

@@ -101,6 +101,9 @@ func (l *Lab) Down(ctx context.Context, opts DownOptions) error {
 		report("deleted links: %s\n", strings.Join(links, " "))
 	}
 
+	if err := l.restoreNeighbourLimits(); err != nil {
+		failed = append(failed, err.Error())
+	}
 	l.releaseOwner(opts.Force)
 	removed, err := l.removeState(opts.KeepLogs)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -210,5 +211,26 @@ func TestStopStartProcess(t *testing.T) {
 	}
 	if err := l.StopProcess(ctx, ProcEtcd, syscall.SIGHUP); err == nil {
 		t.Errorf("StopProcess with SIGHUP succeeded")
+	}
+}
+
+// The neighbour limits are raised only for a service CIDR whose IPs would not fit the
+// kernel's default cap, to two entries per IP (up to 65,536 IPs) above it.
+func TestNeighLimitsFor(t *testing.T) {
+	for _, tc := range []struct {
+		subnet string
+		want   int
+	}{
+		{"10.200.1.0/24", 0},
+		{"10.200.0.0/22", 0},
+		{"10.200.0.0/21", 2*2048 + 1024},
+		{"10.200.0.0/16", 2*65536 + 1024},
+		{"10.0.0.0/8", 2*65536 + 1024},
+		{"fd00:200::/118", 0},
+		{"fd00:200::/108", 2*65536 + 1024},
+	} {
+		if got := neighLimitsFor(netip.MustParsePrefix(tc.subnet)); got != tc.want {
+			t.Errorf("neighLimitsFor(%s) = %d, want %d", tc.subnet, got, tc.want)
+		}
 	}
 }

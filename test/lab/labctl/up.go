@@ -126,6 +126,12 @@ func (l *Lab) Up(ctx context.Context, opts UpOptions) error {
 
 func (l *Lab) up(ctx context.Context, topo *labnet.Topology, opts UpOptions) error {
 	done := l.step("creating network namespaces: %s, %d nodes, %s and %s", labnet.SwitchNS, len(topo.Nodes()), labnet.ClientName, labnet.SecondClientName)
+	if err := os.MkdirAll(l.StateDir(), 0o755); err != nil {
+		return err
+	}
+	if err := l.raiseNeighbourLimits(topo.ServiceSubnet); err != nil {
+		return err
+	}
 	if err := topo.Build(ctx); err != nil {
 		return err
 	}
