@@ -26,7 +26,7 @@ import (
 type announcer interface {
 	Apply(updates []layer2.BalancerUpdate)
 	SetProxy(name string, ips []netip.Addr, macs map[string]net.HardwareAddr)
-	SetHandover(name string, ips []netip.Addr)
+	SetHandover(name string, ips []netip.Addr, interfaces []string)
 	DeleteProxy(name string)
 	Interfaces() []string
 	KernelARPFindings(ips []netip.Addr) ([]layer2.KernelARPFinding, error)
@@ -121,10 +121,10 @@ type owners struct {
 
 // handoverLinger bounds how long a node that gave a key away keeps
 // answering ARP/NDP for its IPs, in case the new owner never announces them.
-// The new owner learns the move by gossip (a 500-IP drain took 2.5 s in the
-// lab), and its gratuitous announcement, seen by this node, ends the
-// hand-over at once; until then a client whose neighbour entry expired would
-// find nobody answering.
+// The new owner learns the move by gossip, a moment later (longer in a burst
+// of hundreds of moves), and its gratuitous announcement, seen by this node,
+// ends the hand-over at once; until then a client whose neighbour entry
+// expired would find nobody answering.
 const handoverLinger = 5 * time.Second
 
 // drainEntry is a planned move to this node in its drain period.
@@ -288,10 +288,17 @@ func (o *owners) applyLocked(sc *scope, changes []ownership.Change) {
 	// until the new owner, which learns of the move by gossip, announces
 	// them. (Not when this node's data path is judged down or unhealthy:
 	// then its answers would only keep clients away from the new owner.)
-	var handovers []string
+	type handover struct {
+		key        string
+		interfaces []string
+	}
+	var handovers []handover
 	for _, ch := range changes {
-		if ch.From == o.self && ch.To != "" && ch.To != o.self && handedOver[ch.Reason] && o.announcesKeyLocked(ch.Key) {
-			handovers = append(handovers, ch.Key)
+		if ch.From != o.self || ch.To == "" || ch.To == o.self || !handedOver[ch.Reason] {
+			continue
+		}
+		if ifaces, ok := o.announcedInterfacesLocked(ch.Key); ok {
+			handovers = append(handovers, handover{ch.Key, ifaces})
 		}
 	}
 	// Answer first: the announcer gets every key's change in one batch
@@ -307,11 +314,11 @@ func (o *owners) applyLocked(sc *scope, changes []ownership.Change) {
 		o.refreshProxiesLocked()
 	}
 	// Before the balancers go (Apply), so that the IPs are answered
-	// throughout.
-	for _, key := range handovers {
-		if ips := o.keyIPsLocked(key); len(ips) > 0 {
-			o.ann.SetHandover(handoverName(key), ips)
-			o.handovers[key] = time.Now().Add(handoverLinger)
+	// throughout, on the interfaces they were announced on.
+	for _, h := range handovers {
+		if ips := o.keyIPsLocked(h.key); len(ips) > 0 {
+			o.ann.SetHandover(handoverName(h.key), ips, h.interfaces)
+			o.handovers[h.key] = time.Now().Add(handoverLinger)
 		}
 	}
 	// A planned move's forwarding is in place before this node answers for
@@ -387,14 +394,25 @@ var handedOver = map[ownership.Reason]bool{
 // handoverName is the announcer entry of a key's hand-over.
 func handoverName(key string) string { return "handover/" + key }
 
-// announcesKeyLocked reports whether this node answers for a Service of key.
-func (o *owners) announcesKeyLocked(key string) bool {
+// announcedInterfacesLocked returns the interfaces this node announces
+// key's Services on (nil: all) and whether it announces any.
+func (o *owners) announcedInterfacesLocked(key string) ([]string, bool) {
+	var ifaces []string
+	announces, all := false, false
 	for svc := range o.byKey[key] {
-		if _, ok := o.announced[svc]; ok {
-			return true
+		a, ok := o.announced[svc]
+		if !ok {
+			continue
 		}
+		announces = true
+		all = all || a.interfaces == nil
+		ifaces = append(ifaces, a.interfaces...)
 	}
-	return false
+	if all {
+		return nil, announces
+	}
+	slices.Sort(ifaces)
+	return slices.Compact(ifaces), announces
 }
 
 // keyIPsLocked returns the IPs of key's Services that are to be announced

@@ -59,7 +59,7 @@ func (f *fakeAnnouncer) SetProxy(name string, _ []netip.Addr, macs map[string]ne
 	defer f.mu.Unlock()
 	f.proxies[name] = macs
 }
-func (f *fakeAnnouncer) SetHandover(name string, ips []netip.Addr) {
+func (f *fakeAnnouncer) SetHandover(name string, ips []netip.Addr, _ []string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.log = append(f.log, fmt.Sprintf("handover %s %v", name, ips))

@@ -118,7 +118,7 @@ func announcerHelper() int {
 				a.SetProxy(f[1], ips(f[2]), macs)
 				say("ok")
 			case len(f) == 3 && f[0] == "handover":
-				a.SetHandover(f[1], ips(f[2]))
+				a.SetHandover(f[1], ips(f[2]), nil)
 				say("ok")
 			case len(f) == 2 && f[0] == "unproxy":
 				a.DeleteProxy(f[1])

@@ -9,12 +9,13 @@ import (
 
 // proxy is one SetProxy entry: IPs answered on behalf of another host, and
 // that host's MAC per interface (only those interfaces answer); or one
-// SetHandover entry (own): IPs answered with this node's MAC on every
-// interface.
+// SetHandover entry (own): IPs answered with this node's MAC on the
+// interfaces in ifaces (nil: every one).
 type proxy struct {
-	ips  []netip.Addr
-	macs map[string][6]byte
-	own  bool
+	ips    []netip.Addr
+	macs   map[string][6]byte
+	own    bool
+	ifaces map[string]bool
 }
 
 // SetProxy makes this node answer ARP requests / Neighbor Solicitations for
@@ -58,10 +59,17 @@ func (a *Announcer) SetProxy(name string, ips []netip.Addr, macs map[string]net.
 // announced, probed for or defended, and its advertisements never override;
 // the first frame claiming it from another MAC (the new owner's gratuitous
 // announcement) ends its hand-over at once and is no conflict. An IP that
-// is also owned (Apply) is answered as owned. Replaces any previous entry
-// name (proxy or hand-over); DeleteProxy removes it.
-func (a *Announcer) SetHandover(name string, ips []netip.Addr) {
+// is also owned (Apply) is answered as owned. interfaces are those it was
+// announced on (empty: all eligible, as for a balancer). Replaces any
+// previous entry name (proxy or hand-over); DeleteProxy removes it.
+func (a *Announcer) SetHandover(name string, ips []netip.Addr, interfaces []string) {
 	p := proxy{own: true}
+	if len(interfaces) > 0 {
+		p.ifaces = map[string]bool{}
+		for _, i := range interfaces {
+			p.ifaces[i] = true
+		}
+	}
 	for _, ip := range ips {
 		ip = ip.Unmap().WithZone("")
 		if ip.IsValid() && !slices.Contains(p.ips, ip) {
@@ -187,7 +195,7 @@ func (a *Announcer) proxyMACLocked(ip netip.Addr, r *responder) (mac [6]byte, ow
 		p := a.proxies[n]
 		m, has := p.macs[r.link.Name]
 		if p.own {
-			m, has = r.mac, true
+			m, has = r.mac, p.ifaces == nil || p.ifaces[r.link.Name]
 		}
 		if !has {
 			continue

@@ -356,7 +356,7 @@ func TestHandover(t *testing.T) {
 	n.a.SetBalancer("ns/a", []netip.Addr{vip1, vip6}, nil)
 	// The order owners uses: the hand-over is in place before the
 	// balancer goes, so the IP is answered throughout.
-	n.a.SetHandover("handover/k", []netip.Addr{vip1, vip6})
+	n.a.SetHandover("handover/k", []netip.Addr{vip1, vip6}, nil)
 	n.a.DeleteBalancer("ns/a")
 	// answered reports whether a request for vip1 is answered (with our
 	// MAC); the marker's reply after it shows an unanswered one was seen.
@@ -422,8 +422,18 @@ func TestHandover(t *testing.T) {
 			t.Errorf("conflicts{ip=%s} = %v", vip1, got)
 		}
 	})
+	t.Run("only on the interfaces it was announced on", func(t *testing.T) {
+		n.a.SetHandover("handover/k", []netip.Addr{vip1}, []string{"eth1"})
+		if answered(t) {
+			t.Fatal("answered on eth0, not among the hand-over's interfaces")
+		}
+		n.a.SetHandover("handover/k", []netip.Addr{vip1}, []string{"eth0"})
+		if !answered(t) {
+			t.Fatal("not answered on eth0, the hand-over's interface")
+		}
+	})
 	t.Run("DeleteProxy ends it", func(t *testing.T) {
-		n.a.SetHandover("handover/k", []netip.Addr{vip1})
+		n.a.SetHandover("handover/k", []netip.Addr{vip1}, nil)
 		if !answered(t) {
 			t.Fatal("not answered after SetHandover")
 		}
