@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"time"
 )
 
 // proxy is one SetProxy entry: IPs answered on behalf of another host, and
@@ -59,11 +60,15 @@ func (a *Announcer) SetProxy(name string, ips []netip.Addr, macs map[string]net.
 // announced, probed for or defended, and its advertisements never override;
 // the first frame claiming it from another MAC (the new owner's gratuitous
 // announcement) ends its hand-over at once and is no conflict. An IP that
-// is also owned (Apply) is answered as owned. interfaces are those it was
+// is also owned (Apply) is answered as owned. An IP another host claimed
+// within the last ConflictGrace (at least 1 s) is not handed over: the new
+// owner announced it already. interfaces are those it was
 // announced on (empty: all eligible, as for a balancer). Replaces any
 // previous entry name (proxy or hand-over); DeleteProxy removes it.
 func (a *Announcer) SetHandover(name string, ips []netip.Addr, interfaces []string) {
 	p := proxy{own: true}
+	now := time.Now()
+	ips = slices.DeleteFunc(slices.Clone(ips), func(ip netip.Addr) bool { return a.claimedSince(ip, now) })
 	if len(interfaces) > 0 {
 		p.ifaces = map[string]bool{}
 		for _, i := range interfaces {
@@ -81,6 +86,24 @@ func (a *Announcer) SetHandover(name string, ips []netip.Addr, interfaces []stri
 	old := a.proxies[name]
 	a.proxies[name] = p
 	a.applyProxyLocked(name, old.ips, p.ips)
+}
+
+// claimedSince reports whether another host claimed ip shortly before now,
+// while this node still owned it: the new owner announced it before this
+// node gave it away (it decided the same move a moment earlier), and a
+// hand-over would answer after its announcement, sending back to this
+// node clients whose connections started at the new owner.
+func (a *Announcer) claimedSince(ip netip.Addr, now time.Time) bool {
+	ip = ip.Unmap().WithZone("")
+	window := max(a.opts.ConflictGrace, time.Second)
+	a.cmu.Lock()
+	defer a.cmu.Unlock()
+	for _, t := range []time.Time{a.firstSeen[ip], a.lastConflict[ip]} {
+		if !t.IsZero() && now.Sub(t) < window {
+			return true
+		}
+	}
+	return false
 }
 
 // yield ends the hand-over of ip (see SetHandover): another host announced

@@ -442,6 +442,35 @@ func TestHandover(t *testing.T) {
 			t.Fatal("answered after DeleteProxy")
 		}
 	})
+	t.Run("not handed over once another host announced it", func(t *testing.T) {
+		// The new owner decided the move first and announced: this node,
+		// still the owner, saw its claim, then gives the IP away.
+		n.a.SetBalancer("ns/c", []netip.Addr{vipOff}, nil)
+		f, err := gratuitousARP(otherMAC, vipOff)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.send(t, f[1])
+		if c := nextConflict(t, n.a); c.IP != vipOff {
+			t.Fatalf("conflict %+v, want %s", c, vipOff)
+		}
+		n.a.SetHandover("handover/c", []netip.Addr{vipOff}, nil)
+		n.a.DeleteBalancer("ns/c")
+		w.send(t, arpRequest(t, vipOff, ethernet.Broadcast))
+		w.send(t, arpRequest(t, vip2, ethernet.Broadcast))
+		// The first reply to the client (the conflict's defensive
+		// announcements may come before it) must be the marker's.
+		for {
+			_, p := parseARPWithLib(t, w.next(t))
+			if p.Operation != arp.OperationReply || p.TargetHardwareAddr.String() != clientMAC.String() {
+				continue
+			}
+			if p.SenderIP != vip2 {
+				t.Fatalf("answered %+v: an IP the new owner already announced was handed over", p)
+			}
+			break
+		}
+	})
 	if got := testutil.ToFloat64(n.a.metrics.gratuitous.WithLabelValues(vip1.String())); got != 0 {
 		t.Errorf("gratuitous_sent{ip=%s} = %v for a handed-over IP", vip1, got)
 	}
