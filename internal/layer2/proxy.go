@@ -30,13 +30,7 @@ type proxy struct {
 // any previous proxy entry name. A MAC that is not 6 bytes long is logged
 // and its interface skipped.
 func (a *Announcer) SetProxy(name string, ips []netip.Addr, macs map[string]net.HardwareAddr) {
-	p := proxy{macs: make(map[string][6]byte, len(macs))}
-	for _, ip := range ips {
-		ip = ip.Unmap().WithZone("")
-		if ip.IsValid() && !slices.Contains(p.ips, ip) {
-			p.ips = append(p.ips, ip)
-		}
-	}
+	p := proxy{ips: entryIPs(ips, nil), macs: make(map[string][6]byte, len(macs))}
 	for iface, mac := range macs {
 		if len(mac) != 6 {
 			a.log.Error(fmt.Errorf("proxy %s: interface %s: MAC %q is not a 6-byte Ethernet address", name, iface, mac.String()),
@@ -62,23 +56,16 @@ func (a *Announcer) SetProxy(name string, ips []netip.Addr, macs map[string]net.
 // announcement) ends its hand-over at once and is no conflict. An IP that
 // is also owned (Apply) is answered as owned. An IP another host claimed
 // within the last ConflictGrace (at least 1 s) is not handed over: the new
-// owner announced it already. interfaces are those it was
-// announced on (empty: all eligible, as for a balancer). Replaces any
-// previous entry name (proxy or hand-over); DeleteProxy removes it.
+// owner announced it already. interfaces are those the IPs were announced
+// on (empty: all eligible, as for a balancer). Replaces any previous entry
+// name (proxy or hand-over); DeleteProxy removes it.
 func (a *Announcer) SetHandover(name string, ips []netip.Addr, interfaces []string) {
-	p := proxy{own: true}
 	now := time.Now()
-	ips = slices.DeleteFunc(slices.Clone(ips), func(ip netip.Addr) bool { return a.claimedSince(ip, now) })
+	p := proxy{own: true, ips: entryIPs(ips, func(ip netip.Addr) bool { return !a.claimedSince(ip, now) })}
 	if len(interfaces) > 0 {
 		p.ifaces = map[string]bool{}
 		for _, i := range interfaces {
 			p.ifaces[i] = true
-		}
-	}
-	for _, ip := range ips {
-		ip = ip.Unmap().WithZone("")
-		if ip.IsValid() && !slices.Contains(p.ips, ip) {
-			p.ips = append(p.ips, ip)
 		}
 	}
 	a.mu.Lock()
@@ -94,7 +81,6 @@ func (a *Announcer) SetHandover(name string, ips []netip.Addr, interfaces []stri
 // hand-over would answer after its announcement, sending back to this
 // node clients whose connections started at the new owner.
 func (a *Announcer) claimedSince(ip netip.Addr, now time.Time) bool {
-	ip = ip.Unmap().WithZone("")
 	window := max(a.opts.ConflictGrace, time.Second)
 	a.cmu.Lock()
 	defer a.cmu.Unlock()
@@ -104,6 +90,19 @@ func (a *Announcer) claimedSince(ip netip.Addr, now time.Time) bool {
 		}
 	}
 	return false
+}
+
+// entryIPs returns the valid IPs of ips, unmapped, without zones or
+// duplicates, that keep accepts (nil: all).
+func entryIPs(ips []netip.Addr, keep func(netip.Addr) bool) []netip.Addr {
+	var out []netip.Addr
+	for _, ip := range ips {
+		ip = ip.Unmap().WithZone("")
+		if ip.IsValid() && !slices.Contains(out, ip) && (keep == nil || keep(ip)) {
+			out = append(out, ip)
+		}
+	}
+	return out
 }
 
 // yield ends the hand-over of ip (see SetHandover): another host announced
