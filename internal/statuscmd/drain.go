@@ -145,23 +145,13 @@ func reportForwarded(ctx context.Context, cfg *rest.Config, cs kubernetes.Interf
 			say(out, "could not read the speaker on %s (%s): its forwarded connections are not counted below\n", s.Node, s.Error)
 		}
 	}
-	flows, drains := r.ForwardedTo(node)
-	if drains == 0 {
+	f := r.ForwardedTo(node)
+	if f.Drains == 0 {
 		say(out, "no node forwards connections to %s (--drain-timeout=0, or the moves were failovers): it can go down now\n", node)
 		return
 	}
-	until := time.Time{}
-	by := map[string]int{}
-	for _, d := range r.Drains {
-		if d.From == node {
-			by[d.Node] += d.ForwardedFlows
-			if d.Until.After(until) {
-				until = d.Until
-			}
-		}
-	}
 	say(out, "%d connections opened before the move are still forwarded to %s by their new owners (%s); %s serves them until they close, or until %s at the latest\n",
-		flows, node, formatSpread(by), node, until.Format(time.RFC3339))
+		f.Flows, node, formatSpread(f.ByNode), node, f.Until.Format(time.RFC3339))
 }
 
 // waitDrained polls the ServiceL2Status objects until none names node,

@@ -41,16 +41,30 @@ type NodeDrain struct {
 	Drain
 }
 
-// ForwardedTo sums the connections forwarded to node by the drains of r,
-// and reports how many drains forward to it.
-func (r Report) ForwardedTo(node string) (flows, drains int) {
+// Forwarded is what the drains of a report forward to one node.
+type Forwarded struct {
+	Drains int // drains forwarding to the node
+	Flows  int // connections they forwarded within the last 2 minutes
+	// ByNode splits Flows by the node forwarding them.
+	ByNode map[string]int
+	Until  time.Time // the end of the last drain
+}
+
+// ForwardedTo sums what the drains of r forward to node.
+func (r Report) ForwardedTo(node string) Forwarded {
+	f := Forwarded{ByNode: map[string]int{}}
 	for _, d := range r.Drains {
-		if d.From == node {
-			flows += d.ForwardedFlows
-			drains++
+		if d.From != node {
+			continue
+		}
+		f.Drains++
+		f.Flows += d.ForwardedFlows
+		f.ByNode[d.Node] += d.ForwardedFlows
+		if d.Until.After(f.Until) {
+			f.Until = d.Until
 		}
 	}
-	return flows, drains
+	return f
 }
 
 // SpeakerStatus is one speaker pod and whether it answered.

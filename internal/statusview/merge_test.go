@@ -427,11 +427,11 @@ func TestMergeDrains(t *testing.T) {
 	if len(r.Drains) != 3 || r.Drains[0].Node != "w2" || r.Drains[1].Node != "w3" {
 		t.Fatalf("drains %+v: want w2's, then w3's two", r.Drains)
 	}
-	if flows, drains := r.ForwardedTo("w1"); flows != 5 || drains != 2 {
-		t.Errorf("ForwardedTo(w1) = %d flows in %d drains, want 5 in 2", flows, drains)
+	if f := r.ForwardedTo("w1"); f.Flows != 5 || f.Drains != 2 || !reflect.DeepEqual(f.ByNode, map[string]int{"w2": 3, "w3": 2}) || !f.Until.Equal(until) {
+		t.Errorf("ForwardedTo(w1) = %+v, want 5 flows in 2 drains (w2 3, w3 2) until %v", f, until)
 	}
-	if flows, drains := r.ForwardedTo("w3"); flows != 0 || drains != 0 {
-		t.Errorf("ForwardedTo(w3) = %d, %d, want none", flows, drains)
+	if f := r.ForwardedTo("w3"); f.Flows != 0 || f.Drains != 0 {
+		t.Errorf("ForwardedTo(w3) = %+v, want none", f)
 	}
 	var b bytes.Buffer
 	if err := WriteTable(&b, r); err != nil {
