@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/ironlb/ironlb/test/lab/labnet"
 )
 
 // The kernel's ARP and NDP neighbour tables are shared by every network namespace, and
@@ -101,7 +103,7 @@ func (l *Lab) restoreNeighbourLimits() error {
 }
 
 func readSysctlInt(key string) (int, error) {
-	b, err := os.ReadFile(sysctlPath(key))
+	b, err := os.ReadFile(labnet.SysctlPath(key))
 	if err != nil {
 		return 0, fmt.Errorf("reading sysctl %s: %w", key, err)
 	}
@@ -113,12 +115,8 @@ func readSysctlInt(key string) (int, error) {
 }
 
 func writeSysctl(key string, v int) error {
-	if err := os.WriteFile(sysctlPath(key), []byte(strconv.Itoa(v)), 0o644); err != nil {
+	if err := os.WriteFile(labnet.SysctlPath(key), []byte(strconv.Itoa(v)), 0o644); err != nil {
 		return fmt.Errorf("setting sysctl %s=%d: %w", key, v, err)
 	}
 	return nil
-}
-
-func sysctlPath(key string) string {
-	return filepath.Join("/proc/sys", strings.ReplaceAll(key, ".", "/"))
 }

@@ -112,9 +112,15 @@ func InNS(name string, fn func() error) error {
 	return fnErr
 }
 
+// SysctlPath is the /proc/sys file of a sysctl key (dotted or slashed, e.g.
+// "net.ipv4.ip_forward"), in the namespace of the thread that opens it.
+func SysctlPath(key string) string {
+	return filepath.Join("/proc/sys", strings.ReplaceAll(key, ".", "/"))
+}
+
 // Sysctl sets a sysctl (dotted or slashed key, e.g. "net.ipv4.ip_forward") inside a namespace.
 func Sysctl(ns, key, value string) error {
-	path := filepath.Join("/proc/sys", strings.ReplaceAll(key, ".", "/"))
+	path := SysctlPath(key)
 	return InNS(ns, func() error {
 		if err := os.WriteFile(path, []byte(value), 0o644); err != nil {
 			return fmt.Errorf("setting sysctl %s=%s in %s: %w", key, value, ns, err)
