@@ -493,15 +493,13 @@ func TestNetnsOwnership(t *testing.T) {
 		t.Logf("link loss of %s: %s answered %v later", next, after, at.Sub(start).Round(time.Millisecond))
 	}
 
-	// 7. Its link returns: nothing moves back. It learned the move over
-	// memberlist while cut off; had memberlist been cut off too, its carrier
-	// coming back would trigger a re-sync at once: any overlap is bounded
-	// by that.
+	// 7. Its link returns: nothing moves back, and it does not answer. It
+	// learned the move over memberlist while cut off.
 	c.linkBack(t, next, after, "eth0")
 
 	// 8. The owner is cut off entirely (both links down, speaker alive): the
-	// VIP moves; when it is back, its carrier returning makes it re-sync at
-	// once, so its stale claim is answered only for that round trip.
+	// VIP moves; when it is back, it holds its answers until it has
+	// re-synced, and learns there that its stale claim moved.
 	final := election.Rank(mbVIP, without(mbNodes, after))[0]
 	c.pointAt(t, after)
 	for _, l := range []string{"eth0", "eth1"} {
@@ -586,33 +584,27 @@ func TestNetnsPartitions(t *testing.T) {
 	c.nothingMoves(t, "memberlist of the owner "+owner+" cut for "+(3*partitionHold).String(), owner, start, 3*partitionHold+5*time.Second)
 }
 
-// off, until it re-syncs), only owner answers.
+// off), only owner answers: the node was cut off long enough for its IP to
+// move, so it holds every answer until it has re-synced with its peers, and
+// then has nothing left to answer for (issue 25: a returning node must not
+// send clients back to it, not even for a moment).
 func (c *mbCluster) linkBack(t *testing.T, node, owner string, links ...string) {
 	t.Helper()
 	back := time.Now()
 	for _, l := range links {
 		mbRun(t, "ip", "-n", mbPrefix+node, "link", "set", l, "up")
 	}
-	deadline := back.Add(10 * time.Second)
-	var overlap time.Duration
-	for {
-		if last, ok := c.ac.lastFrom(c.macs[node], back); ok {
-			overlap = last.Sub(back)
-		}
-		if time.Since(back) > overlap+2*time.Second {
-			break
-		}
-		if time.Now().After(deadline) {
-			c.fail(t, "%s still answers for %s %v after its links came back", node, mbVIP, time.Since(back))
-		}
-		time.Sleep(50 * time.Millisecond)
+	time.Sleep(3 * time.Second) // observation window: nothing may move back
+	if last, ok := c.ac.lastFrom(c.macs[node], back); ok {
+		c.fail(t, "%s answered for %s %v after its links came back; it owns it no more", node, mbVIP, last.Sub(back).Round(time.Millisecond))
 	}
-	t.Logf("%s's links back: it answered for %s for %v more, then only %s", node, mbVIP, overlap.Round(time.Millisecond), owner)
-	start := time.Now()
-	time.Sleep(2 * time.Second) // observation window: nothing may move back
-	if c.ac.answeredByOther(c.macs[owner], start, time.Now()) {
+	if c.ac.answeredByOther(c.macs[owner], back, time.Now()) {
 		c.fail(t, "%s's links back: another MAC than %s's answered for %s", node, owner, mbVIP)
 	}
+	if _, ok := c.ac.firstFrom(c.macs[owner], time.Now().Add(-time.Second)); !ok {
+		c.fail(t, "%s's links back: nobody answered for %s in the last second", node, mbVIP)
+	}
+	t.Logf("%s's links back: only %s answered for %s", node, owner, mbVIP)
 }
 
 // lastFrom returns the time of the last answer from mac after t.

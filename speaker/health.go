@@ -46,6 +46,15 @@ const (
 	// voteRefresh: a watcher casts its standing finding into its own replica
 	// this often (its resends carry what its replica holds).
 	voteRefresh = time.Second
+	// outageHoldAfter: a node cut off this long (no carrier on any
+	// announcing interface) may have lost its IPs to its peers (its watchers
+	// find a node down ~300-400 ms after it went silent), so it holds every
+	// answer from then until, its carrier back, it has re-synced
+	// (resyncHold). A node that still has carrier on some interface holds
+	// nothing: it may be serving its IPs there.
+	outageHoldAfter = 250 * time.Millisecond
+	// resyncHoldMax bounds that hold when no peer can be reached.
+	resyncHoldMax = 3 * time.Second
 	// answerCheck: how often this speaker checks whether it can answer for
 	// its IPs (it reads the configuration from its cache).
 	answerCheck = time.Second
@@ -112,6 +121,11 @@ type health struct {
 	// announcing lists the interfaces with a responder: only their carrier
 	// matters (pod veths come and go all the time).
 	announcing func() []string
+	// hold holds every ARP/NDP answer and announcement until a time (the
+	// zero time: none; layer2.Announcer.Hold); nil: never held.
+	hold func(until time.Time)
+	// holds counts resync holds: a hold's end releases only its own.
+	holds atomic.Uint64
 
 	// polls counts completed polls: ownership must not decide before a
 	// poll that follows the initial join (see awaitPoll); lastPoll is when
@@ -157,6 +171,11 @@ func (h *health) run(ctx context.Context) {
 	defer t.Stop()
 	lastPoll, lastTick, lastResend := time.Now(), time.Now(), time.Now()
 	carrier := h.carrier()
+	// cutSince is when every announcing interface lost its carrier (zero:
+	// some has it); holding: this outage lasted long enough to hold every
+	// answer until the node has re-synced (resyncHold).
+	var cutSince time.Time
+	holding := false
 	h.trusted.Store(true)
 	answers := true // what this member's metadata says (empty at Start: answers)
 	var lastAnswerCheck time.Time
@@ -165,18 +184,43 @@ func (h *health) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-h.linksChanged:
-			now := h.carrier()
+			now, at := h.carrier(), time.Now()
+			was, back := anyUp(carrier), ""
 			for name, up := range now {
 				if up && !carrier[name] {
-					// Its IPs may have moved while it was cut off: learn
-					// before answering for them any longer.
-					h.log.Info("carrier back on an interface; re-syncing ownership claims", "interface", name)
-					go h.ml.Sync(3)
-					break
+					back = name
 				}
 			}
 			carrier = now
-			h.updateTrust(time.Now(), carrier)
+			switch {
+			case was && !anyUp(now):
+				cutSince = at
+			case !was && anyUp(now):
+				// Its IPs may have moved while it was cut off: learn
+				// before answering for them any longer.
+				outage := time.Duration(0)
+				if !cutSince.IsZero() {
+					outage = at.Sub(cutSince)
+				}
+				cutSince = time.Time{}
+				h.log.Info("carrier back; re-syncing ownership claims", "outage", outage.Round(time.Millisecond).String(), "holding", holding)
+				if holding {
+					holding = false
+					h.wg.Add(1)
+					go func() {
+						defer h.wg.Done()
+						h.resyncHold(ctx, at)
+					}()
+				} else {
+					go h.ml.Sync(3)
+				}
+			case back != "":
+				// One of several interfaces: the node was reachable, but
+				// what it missed there is learned at once all the same.
+				h.log.Info("carrier back on an interface; re-syncing ownership claims", "interface", back)
+				go h.ml.Sync(3)
+			}
+			h.updateTrust(at, carrier)
 			continue
 		case <-t.C:
 		}
@@ -187,6 +231,16 @@ func (h *health) run(ctx context.Context) {
 			go h.ml.Sync(3)
 		}
 		lastPoll = now
+		if !cutSince.IsZero() && now.Sub(cutSince) >= outageHoldAfter && h.hold != nil {
+			// Renewed while cut off, so that it never lapses before the
+			// carrier is back: then resyncHold takes it over.
+			if !holding {
+				h.log.Info("cut off long enough for peers to move this node's IPs: holding every answer until it has re-synced with them")
+			}
+			holding = true
+			h.holds.Add(1)
+			h.hold(now.Add(resyncHoldMax))
+		}
 		h.updateTrust(now, carrier)
 		if h.answering != nil && now.Sub(lastAnswerCheck) >= answerCheck {
 			lastAnswerCheck = now
@@ -208,6 +262,46 @@ func (h *health) run(ctx context.Context) {
 			lastResend = now
 		}
 	}
+}
+
+// anyUp reports whether some announcing interface has carrier.
+func anyUp(carrier map[string]bool) bool {
+	for _, up := range carrier {
+		if up {
+			return true
+		}
+	}
+	return false
+}
+
+// resyncHold runs after an outage that may have moved this node's IPs: the
+// peers moved them while this node, cut off, kept its claims, and it would
+// answer and re-announce them, sending clients back to it, until it learned
+// the moves. So it holds every answer and announcement (hold) until a
+// push/pull with enough peers has brought their claims: two (one may be a
+// speaker that has just restarted and knows nothing yet), or the only one;
+// or resyncHoldMax after the carrier came back, if they cannot be reached.
+// A move learned meanwhile takes the IP out of the announcer's sets, so
+// the hold's end announces only what this node still owns.
+func (h *health) resyncHold(ctx context.Context, back time.Time) {
+	gen := h.holds.Add(1)
+	until := back.Add(resyncHoldMax)
+	h.hold(until)
+	need := min(2, h.ml.PeerCount())
+	synced := 0
+	for need > 0 && time.Now().Before(until) && ctx.Err() == nil {
+		if synced = h.ml.Sync(need); synced >= need {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if h.holds.Load() == gen {
+		h.hold(time.Time{})
+	}
+	h.log.Info("answering again after re-syncing with peers", "held", time.Since(back).Round(time.Millisecond).String(), "peersSynced", synced, "needed", need)
 }
 
 // answersMeta is the memberlist metadata saying whether this speaker answers

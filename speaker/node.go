@@ -192,6 +192,7 @@ func (n *node) Start(ctx context.Context) error {
 		links:        n.ann.Links,
 		linksChanged: n.linksChanged,
 		announcing:   n.ann.Interfaces,
+		hold:         n.ann.Hold,
 		answering:    n.opts.Answering}
 	if n.syn != nil {
 		n.health.services = &serviceCheck{syn: n.syn, target: n.own.ProbeTarget, control: n.own.ControlMAC}

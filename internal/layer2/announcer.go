@@ -121,6 +121,9 @@ type Announcer struct {
 	recheckCh chan recheck
 	yieldCh   chan yielded
 	localMACs atomic.Pointer[map[[6]byte]struct{}]
+	// holdUntil (UnixNano; 0: none) is the end of a Hold: until then no
+	// request is answered and no announcement is sent.
+	holdUntil atomic.Int64
 
 	mu         sync.Mutex
 	started    bool
@@ -185,6 +188,31 @@ func NewAnnouncer(log logr.Logger, opts Options) *Announcer {
 	empty := map[[6]byte]struct{}{}
 	a.localMACs.Store(&empty)
 	return a
+}
+
+// Hold makes the announcer answer no ARP/NDP request and send no
+// announcement until `until`, for every IP it answers for; the zero time ends
+// a hold at once. The sets, the conflict watch and the scheduled
+// announcements are kept: once the hold ends, the IPs still owned are
+// answered and their pending announcements go out.
+//
+// A node whose link comes back after an outage holds until it has learned
+// from its peers which of its IPs moved meanwhile: answering or announcing
+// before would send clients back to it for IPs another node now serves.
+func (a *Announcer) Hold(until time.Time) {
+	var n int64
+	if !until.IsZero() {
+		n = until.UnixNano()
+	}
+	a.holdUntil.Store(n)
+	a.kickGARP()
+}
+
+// held reports whether a Hold is in effect; it reads the clock only while
+// one was set (it runs for every request answered).
+func (a *Announcer) held() bool {
+	u := a.holdUntil.Load()
+	return u != 0 && time.Now().UnixNano() < u
 }
 
 // BalancerUpdate is one balancer's new IPs and the interfaces to answer on
@@ -590,6 +618,7 @@ func (a *Announcer) openResponder(l Link, wantARP, wantNDP bool) (*responder, er
 			return ok
 		},
 		conflict:            a.onConflict,
+		held:                a.held,
 		noKernelOwnedFilter: a.opts.userSpaceFilterOnly,
 	}
 	if wantARP {

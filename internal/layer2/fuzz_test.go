@@ -172,6 +172,7 @@ func fuzzResponder(rc *recordConn) *responder {
 		ndp:      rc,
 		isLocal:  func([6]byte) bool { return false },
 		conflict: func(*ownedIP, [6]byte, string) {},
+		held:     func() bool { return false },
 	}
 	ed := editSet(nil)
 	ed.add(&ownedIP{addr: vip1, m: m.forIP(vip1)})

@@ -97,6 +97,9 @@ func (a *Announcer) sendDue() time.Time {
 
 // sendDueLocked is sendDue with a.mu held.
 func (a *Announcer) sendDueLocked(now time.Time) time.Time {
+	if u := a.holdUntil.Load(); u != 0 && now.UnixNano() < u {
+		return time.Unix(0, u) // Hold: nothing goes out before its end
+	}
 	var next time.Time
 	for k, at := range a.rechecks {
 		if at.After(now) {

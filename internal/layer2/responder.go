@@ -184,6 +184,8 @@ type responder struct {
 	// conflict is called from the read loops when another MAC claims an
 	// owned IP.
 	conflict func(o *ownedIP, mac [6]byte, iface string)
+	// held reports whether the announcer holds every answer (Hold).
+	held func() bool
 	// noKernelOwnedFilter keeps the generic ARP socket filter (benchmarks).
 	noKernelOwnedFilter bool
 
@@ -333,6 +335,9 @@ func (r *responder) handleARP(b []byte, f *arpFrame, out []byte, dst *packet.Add
 		return
 	}
 	o.m.requests.Inc()
+	if r.held() {
+		return
+	}
 	frame := appendARPReply(out, r.mac, r.answerMAC(o), f.tpa, f.sha, f.spa)
 	copy(dst.HardwareAddr, f.sha[:])
 	if _, err := r.arp.WriteTo(frame, dst); err != nil {
@@ -386,9 +391,12 @@ func (r *responder) handleNDP(b []byte, f *ndpFrame) {
 	if f.ethDst != r.mac && f.ethDst[0]&1 == 0 {
 		return
 	}
+	o.m.requests.Inc()
+	if r.held() {
+		return
+	}
 	lla := r.answerMAC(o)
 	src := netip.AddrFrom16(f.src)
-	o.m.requests.Inc()
 	var (
 		frame []byte
 		err   error

@@ -476,6 +476,23 @@ func (l *List) SetPeers(addrs []string) {
 	}
 }
 
+// PeerCount is how many other speakers this member knows of: the known peer
+// addresses (SetPeers) and the members, this member excepted.
+func (l *List) PeerCount() int {
+	l.mu.Lock()
+	peers := slices.Clone(l.peers)
+	l.mu.Unlock()
+	self := l.LocalAddr()
+	seen := map[string]bool{self: true}
+	for _, n := range l.ml.Members() {
+		seen[n.Address()] = true
+	}
+	for _, p := range peers {
+		seen[p] = true
+	}
+	return len(seen) - 1
+}
+
 // absentPeers returns the known peer addresses (SetPeers) that no member
 // (alive or suspect) has, this member's own excepted.
 func (l *List) absentPeers() []string {
