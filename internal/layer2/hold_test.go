@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mdlayher/ethernet"
 	"github.com/mdlayher/arp"
+	"github.com/mdlayher/ethernet"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
