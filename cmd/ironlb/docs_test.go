@@ -63,13 +63,14 @@ func TestFlagsDocumented(t *testing.T) {
 	}
 	tables := docFlagTables(t)
 	for heading, cmd := range map[string]*cobra.Command{
-		"`ironlb controller`":                             newControllerCommand(),
-		"`ironlb speaker`":                                newSpeakerCommand(),
-		"`ironlb cleanup`":                                newCleanupCommand(),
-		"`kubectl ironlb status` (`ironlb status`)":       statuscmd.NewCommand(),
-		"`kubectl ironlb drain` (`ironlb drain`)":         statuscmd.NewDrainCommand(),
-		"`kubectl ironlb undrain` (`ironlb undrain`)":     statuscmd.NewUndrainCommand(),
-		"`kubectl ironlb rebalance` (`ironlb rebalance`)": statuscmd.NewRebalanceCommand(),
+		"`ironlb controller`":                                                   newControllerCommand(),
+		"`ironlb speaker`":                                                      newSpeakerCommand(),
+		"`ironlb cleanup`":                                                      newCleanupCommand(),
+		"`kubectl ironlb status` (`ironlb status`)":                             statuscmd.NewCommand(),
+		"`kubectl ironlb drain` (`ironlb drain`)":                               statuscmd.NewDrainCommand(),
+		"`kubectl ironlb undrain` (`ironlb undrain`)":                           statuscmd.NewUndrainCommand(),
+		"`kubectl ironlb rebalance` (`ironlb rebalance`)":                       statuscmd.NewRebalanceCommand(),
+		"`kubectl ironlb migrate-from-metallb` (`ironlb migrate-from-metallb`)": statuscmd.NewMigrateCommand(),
 	} {
 		documented, ok := tables[heading]
 		if !ok {

@@ -30,6 +30,7 @@ node (a DaemonSet with host networking and NET_RAW).`,
 		Version: "-",
 	}
 	root.SetVersionTemplate(versionInfo(debug.ReadBuildInfo()))
-	root.AddCommand(newControllerCommand(), newSpeakerCommand(), newCleanupCommand(), statuscmd.NewCommand(), statuscmd.NewDrainCommand(), statuscmd.NewUndrainCommand(), statuscmd.NewRebalanceCommand())
+	root.AddCommand(newControllerCommand(), newSpeakerCommand(), newCleanupCommand(), statuscmd.NewCommand(), statuscmd.NewDrainCommand(), statuscmd.NewUndrainCommand(), statuscmd.NewRebalanceCommand(),
+		statuscmd.NewMigrateCommand())
 	statuscmd.Main(root, "ironlb") // prints the error once; `status` has its own exit codes
 }

@@ -25,7 +25,8 @@ func main() {
 		SilenceErrors: true,
 		Version:       pluginVersion(),
 	}
-	root.AddCommand(statuscmd.NewCommand(), statuscmd.NewDrainCommand(), statuscmd.NewUndrainCommand(), statuscmd.NewRebalanceCommand())
+	root.AddCommand(statuscmd.NewCommand(), statuscmd.NewDrainCommand(), statuscmd.NewUndrainCommand(), statuscmd.NewRebalanceCommand(),
+		statuscmd.NewMigrateCommand())
 	statuscmd.Main(root, "kubectl-ironlb")
 }
 
