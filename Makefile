@@ -151,11 +151,12 @@ test-unit: ## Run the Go tests (envtest suites use the API server in ./bin); roo
 
 .PHONY: test-e2e
 # E2E_DEPS is what test/e2e's TestMain needs to bring the lab up (it runs
-# Prometheus in it): every target that runs the suite or its benchmarks.
-E2E_DEPS = lab $(HELM) $(PROMETHEUS) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES))
+# Prometheus in it, and MetalLB's images for TestMigrateFromMetalLB): every
+# target that runs the suite or its benchmarks.
+E2E_DEPS = lab $(HELM) $(PROMETHEUS) $(METALLB_CONTROLLER) $(METALLB_SPEAKER) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES))
 
 test-e2e: $(E2E_DEPS) ## Run the e2e suite (root): brings the lab up, installs the chart, runs test/e2e, tears the lab down.
-	go test -json -tags e2e ./test/e2e -count=1 -v -timeout 30m $(E2E_FLAGS) | $(TEST_SUMMARY) -v
+	go test -json -tags e2e ./test/e2e -count=1 -v -timeout 40m $(E2E_FLAGS) | $(TEST_SUMMARY) -v
 
 .PHONY: bench-failover
 bench-failover: $(E2E_DEPS) ## Failover figures in the lab (root): hard kills (E2E_FAILOVER_KILLS=20) and graceful speaker restarts (E2E_GRACEFUL_RUNS=5), IPv4 or E2E_FAILOVER_FAMILY=ipv6 (docs/benchmarks-e2e.md).
@@ -182,7 +183,7 @@ bench-saturation: $(E2E_DEPS) ## Owner changes with every CPU saturated for E2E_
 	go test -tags e2e ./test/e2e -run '^$$' -bench Saturation -benchtime 1x -timeout 40m -v
 
 .PHONY: bench-metallb
-bench-metallb: metallb $(E2E_DEPS) ## ironlb and MetalLB v0.16.2 side by side in one lab (root): speaker rolling restarts (E2E_VS_ROLLS=3), creates (E2E_VS_CREATE=10), hard kills (E2E_VS_KILLS=20), ratios (docs/benchmarks-metallb.md).
+bench-metallb: $(E2E_DEPS) ## ironlb and MetalLB v0.16.2 side by side in one lab (root): speaker rolling restarts (E2E_VS_ROLLS=3), creates (E2E_VS_CREATE=10), hard kills (E2E_VS_KILLS=20), ratios (docs/benchmarks-metallb.md).
 	LAB_PROMETHEUS=0 go test -tags e2e ./test/e2e -run '^$$' -bench VersusMetalLB -benchtime 1x -timeout 90m -v
 
 .PHONY: bench-chaos
