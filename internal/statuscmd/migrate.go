@@ -55,19 +55,20 @@ or its Helm chart) by ironlb without a failed request: every Service keeps its I
 keeps the node that announced it, and at no moment does nobody answer ARP/NDP for an IP.
 
   1. kubectl ironlb migrate-from-metallb           what it finds and will do (changes nothing)
-  2. kubectl ironlb migrate-from-metallb prepare   keeps MetalLB's CRDs and configuration, upgrades
-                                                   the CRDs to ironlb's schemas, records every IP and
-                                                   its announcer, stops MetalLB's controller (its
-                                                   speakers keep answering)
+  2. kubectl ironlb migrate-from-metallb prepare   upgrades the CRDs to ironlb's schemas (objects
+                                                   kept), records every IP and its announcer, stops
+                                                   MetalLB's controller (its speakers keep answering)
   3. helm install ironlb ... (the command prepare prints: other ports than MetalLB's speakers)
                                                    ironlb's speakers start announcing every IP from
                                                    the node MetalLB announced it from
-  4. kubectl ironlb migrate-from-metallb finish    checks that, then removes MetalLB but its CRDs and
-                                                   objects
+  4. kubectl ironlb migrate-from-metallb finish    checks that, then removes MetalLB (a Helm release
+                                                   with its record) but its CRDs and objects
 
 Before finish, "kubectl ironlb migrate-from-metallb abort" (after "helm uninstall ironlb
 --no-hooks") puts MetalLB back as it was. It refuses a MetalLB that runs BGP (BGPPeers,
-BGPAdvertisements, FRR or frr-k8s mode): ironlb has no BGP.`
+BGPAdvertisements, FRR mode): ironlb has no BGP. The frr-k8s backend (the Helm chart's default)
+is accepted when no BGP object exists. A Helm release of MetalLB is removed by finish, record
+included: "helm uninstall metallb" would delete the CRDs and with them every pool.`
 
 // NewMigrateCommand is `kubectl ironlb migrate-from-metallb` and its phases.
 func NewMigrateCommand() *cobra.Command {
@@ -272,7 +273,7 @@ func (m *migration) plan() error {
 		ns, how, ml.Controller, ml.Replicas, ml.Speaker)
 	m.printServices(f.services)
 	say(m.out, "\nprepare will:\n")
-	say(m.out, "  - annotate the metallb.io CRDs helm.sh/resource-policy=keep and apply ironlb's schemas to\n    ipaddresspools, l2advertisements, servicel2statuses and configurationstates (objects kept)\n")
+	say(m.out, "  - apply ironlb's schemas to the CRDs ipaddresspools, l2advertisements, servicel2statuses and\n    configurationstates (objects kept)\n")
 	say(m.out, "  - record every IP and its announcer in ConfigMap %s/%s\n", ns, migrationConfigMap)
 	for _, w := range f.webhooks {
 		say(m.out, "  - set failurePolicy Ignore on webhook %s (MetalLB's controller will not serve it)\n", w.key())
@@ -280,6 +281,9 @@ func (m *migration) plan() error {
 	say(m.out, "  - scale Deployment %s to 0: nothing withdraws or re-allocates an IP from now on; MetalLB's\n    speakers keep answering\n", ml.Controller)
 	say(m.out, "then: %s\n", helmInstallCommand(m.o.release, m.o.chart, ns))
 	say(m.out, "finish will wait until ironlb's speakers announce every IP from the node above, then delete\nMetalLB's speakers, controller, webhooks, RBAC, Secrets and its BGP-only CRDs while empty; the\nmetallb.io CRDs and objects, and the namespace, stay.\n")
+	if ml.HelmRelease != "" {
+		say(m.out, "Do not run helm uninstall %s: it would delete the CRDs and every pool. finish deletes the\nrelease's objects but its CRDs, and its record.\n", ml.HelmRelease)
+	}
 	return nil
 }
 
@@ -294,7 +298,7 @@ func (m *migration) printServices(svcs []migratedService) {
 	}
 }
 
-// prepare records the state, keeps the CRDs, and stops MetalLB's controller.
+// prepare records the state, upgrades the CRDs, and stops MetalLB's controller.
 func (m *migration) prepare() error {
 	f, err := m.inspect()
 	if err != nil {
@@ -321,7 +325,7 @@ func (m *migration) prepare() error {
 		say(m.out, "(dry run: nothing changed)\n")
 		return nil
 	}
-	if err := m.keepCRDs(); err != nil {
+	if err := m.applyCRDs(); err != nil {
 		return err
 	}
 	if err := m.saveState(st); err != nil {
@@ -344,22 +348,10 @@ func (m *migration) prepare() error {
 	return nil
 }
 
-// keepCRDs annotates every metallb.io CRD so that uninstalling MetalLB's Helm
-// release keeps it, then applies ironlb's schemas over MetalLB's.
-func (m *migration) keepCRDs() error {
-	l, err := m.dc.Resource(crdsGVR).List(m.ctx, metav1.ListOptions{})
-	if err != nil {
-		return fmt.Errorf("listing CRDs: %w", err)
-	}
-	patch := []byte(`{"metadata":{"annotations":{"helm.sh/resource-policy":"keep"}}}`)
-	for _, c := range l.Items {
-		if !strings.HasSuffix(c.GetName(), ".metallb.io") {
-			continue
-		}
-		if _, err := m.dc.Resource(crdsGVR).Patch(m.ctx, c.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			return fmt.Errorf("annotating CRD %s: %w", c.GetName(), err)
-		}
-	}
+// applyCRDs applies ironlb's schemas over MetalLB's CRDs (server-side, so the
+// objects stay): ironlb's controller writes status fields MetalLB's schemas
+// would prune.
+func (m *migration) applyCRDs() error {
 	objs, err := crd.Objects()
 	if err != nil {
 		return err
@@ -369,7 +361,7 @@ func (m *migration) keepCRDs() error {
 			return fmt.Errorf("applying ironlb's CRD %s: %w", o.GetName(), err)
 		}
 	}
-	say(m.out, "kept the metallb.io CRDs (helm.sh/resource-policy=keep) and applied ironlb's schemas to %d of them\n", len(objs))
+	say(m.out, "applied ironlb's schemas to %d metallb.io CRDs (their objects stay)\n", len(objs))
 	return nil
 }
 
@@ -523,9 +515,6 @@ func (m *migration) finish() error {
 		return fmt.Errorf("deleting ConfigMap %s/%s: %w", ns, migrationConfigMap, err)
 	}
 	say(m.out, "MetalLB removed; ironlb serves all %d Services with the same IPs and announcers.\n", len(st.Services))
-	if st.MetalLB.HelmRelease != "" {
-		say(m.out, "Drop MetalLB's Helm release record (its CRDs are kept): helm uninstall %s -n %s\n", st.MetalLB.HelmRelease, ns)
-	}
 	return nil
 }
 
@@ -559,7 +548,9 @@ func (m *migration) waitTakenOver(st *migrationState) error {
 			// have changed an IP: it refused the IP (see its events).
 			return false, "", fmt.Errorf("these Services' IPs changed (kubectl describe service shows why; MetalLB is left running): %s", strings.Join(changed, "; "))
 		}
-		r, err := speakerReport(m.ctx, m.cfg, m.cs, m.o.namespace, DefaultSelector, DefaultContainer, statusview.Filter{})
+		// MetalLB's Helm chart labels its speakers component=speaker too.
+		sel := DefaultSelector + ",app.kubernetes.io/instance=" + m.o.release
+		r, err := speakerReport(m.ctx, m.cfg, m.cs, m.o.namespace, sel, DefaultContainer, statusview.Filter{})
 		if err != nil {
 			// The speakers may still be starting: say so and keep waiting.
 			return false, err.Error(), nil //nolint:nilerr // a transient state, not a failure
@@ -612,12 +603,23 @@ type metallbObject struct {
 }
 
 // removeMetalLB deletes MetalLB's controller, webhooks, Service, Secrets,
-// ConfigMap, RBAC and BGP-only CRDs (while empty); the metallb.io CRDs ironlb
-// serves, their objects and the namespace stay.
+// ConfigMap, RBAC and BGP-only CRDs (while empty), and a Helm release's every
+// object and record (removeHelmRelease); the metallb.io CRDs ironlb serves,
+// their objects and the namespace stay.
 func (m *migration) removeMetalLB(st *migrationState) error {
 	ns := m.o.namespace
 	cs := m.cs
 	bg := metav1.DeletePropagationBackground
+	var deleted []string
+	if rel := st.MetalLB.HelmRelease; rel != "" {
+		d, err := m.removeHelmRelease(rel)
+		deleted = append(deleted, d...)
+		if err != nil {
+			return err
+		}
+	}
+	// The manifests' objects, and what MetalLB creates at run time (a Helm
+	// release's are gone by now: not found).
 	objs := []metallbObject{{"Deployment", st.MetalLB.Controller, cs.AppsV1().Deployments(ns).Delete}}
 	cfgs := map[string]bool{}
 	for k := range st.WebhookPolicies {
@@ -671,7 +673,6 @@ func (m *migration) removeMetalLB(st *migrationState) error {
 	if err := add("ClusterRoleBinding", objectNames(crbs, err), err, cs.RbacV1().ClusterRoleBindings().Delete); err != nil {
 		return err
 	}
-	var deleted []string
 	for _, o := range objs {
 		err := o.del(m.ctx, o.name, metav1.DeleteOptions{PropagationPolicy: &bg})
 		switch {

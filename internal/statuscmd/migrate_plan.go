@@ -100,23 +100,22 @@ func detectMetalLB(deps []appsv1.Deployment, dss []appsv1.DaemonSet) (*metallbIn
 	return &in, ""
 }
 
-// frrMode says why a MetalLB speaker DaemonSet runs BGP through FRR or
-// frr-k8s ("" when it does not): its frr container, its METALLB_BGP_TYPE or
-// its --bgp-type flag.
+// frrMode says why a MetalLB speaker DaemonSet runs BGP through FRR ("" when
+// it does not): its frr container, or METALLB_BGP_TYPE or --bgp-type frr. The
+// frr-k8s backend (the Helm chart's default) is not FRR mode: without BGP
+// objects it announces nothing, and layer 2 works without it.
 func frrMode(ds *appsv1.DaemonSet) string {
 	for _, c := range ds.Spec.Template.Spec.Containers {
 		if c.Name == "frr" {
-			return fmt.Sprintf("DaemonSet %s runs an frr container (FRR mode)", ds.Name)
+			return fmt.Sprintf("DaemonSet %s runs an frr container", ds.Name)
 		}
 		for _, e := range c.Env {
-			if e.Name == "METALLB_BGP_TYPE" && e.Value != "" && e.Value != "native" {
-				return fmt.Sprintf("DaemonSet %s sets METALLB_BGP_TYPE=%s", ds.Name, e.Value)
+			if e.Name == "METALLB_BGP_TYPE" && e.Value == "frr" {
+				return fmt.Sprintf("DaemonSet %s sets METALLB_BGP_TYPE=frr", ds.Name)
 			}
 		}
-		for _, a := range c.Args {
-			if v, ok := strings.CutPrefix(a, "--bgp-type="); ok && v != "native" {
-				return fmt.Sprintf("DaemonSet %s runs with --bgp-type=%s", ds.Name, v)
-			}
+		if slices.Contains(c.Args, "--bgp-type=frr") {
+			return fmt.Sprintf("DaemonSet %s runs with --bgp-type=frr", ds.Name)
 		}
 	}
 	return ""

@@ -1,6 +1,10 @@
 package statuscmd
 
 import (
+	"bytes"
+	"compress/gzip"
+	"encoding/base64"
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -88,9 +92,11 @@ func TestMigrationRefusals(t *testing.T) {
 	}{
 		{"layer 2 only", daemonSet("speaker", nil, speaker), nil, nil, nil},
 		{"native BGP type is not FRR", daemonSet("speaker", nil, corev1.Container{Name: "speaker", Env: []corev1.EnvVar{{Name: "METALLB_BGP_TYPE", Value: "native"}}}), nil, nil, nil},
+		{"the frr-k8s backend without BGP objects", daemonSet("speaker", nil, corev1.Container{Name: "speaker", Env: []corev1.EnvVar{{Name: "METALLB_BGP_TYPE", Value: "frr-k8s"}}}), nil, nil, nil},
 		{"FRR container", daemonSet("speaker", nil, speaker, corev1.Container{Name: "frr"}), nil, nil, []string{"FRR mode: DaemonSet speaker runs an frr container"}},
-		{"frr-k8s env", daemonSet("speaker", nil, corev1.Container{Name: "speaker", Env: []corev1.EnvVar{{Name: "METALLB_BGP_TYPE", Value: "frr-k8s"}}}), nil, nil, []string{"METALLB_BGP_TYPE=frr-k8s"}},
-		{"frr flag", daemonSet("speaker", nil, corev1.Container{Name: "speaker", Args: []string{"--bgp-type=frr"}}), nil, nil, []string{"--bgp-type=frr"}},
+		{"FRR env", daemonSet("speaker", nil, corev1.Container{Name: "speaker", Env: []corev1.EnvVar{{Name: "METALLB_BGP_TYPE", Value: "frr"}}}), nil, nil, []string{"METALLB_BGP_TYPE=frr"}},
+		{"FRR flag", daemonSet("speaker", nil, corev1.Container{Name: "speaker", Args: []string{"--bgp-type=frr"}}), nil, nil, []string{"--bgp-type=frr"}},
+		{"frr-k8s with BGP objects", daemonSet("speaker", nil, corev1.Container{Name: "speaker", Args: []string{"--bgp-type=frr-k8s"}}), []string{"router"}, nil, []string{"BGPPeers (router)"}},
 		{"BGP objects", daemonSet("speaker", nil, speaker), []string{"router"}, []string{"ads"}, []string{"BGPPeers (router)", "BGPAdvertisements (ads)"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -163,5 +169,75 @@ func TestHelmInstallCommand(t *testing.T) {
 	want := "helm install ironlb charts/ironlb -n metallb-system --wait --set speaker.memberlist.mlBindPort=7947 --set speaker.healthProbePort=17473 --set prometheus.metricsPort=9122"
 	if got != want {
 		t.Errorf("got  %s\nwant %s", got, want)
+	}
+}
+
+// helmRecord encodes a release manifest as Helm 3 stores it in its Secret:
+// base64 of gzipped JSON.
+func helmRecord(t *testing.T, manifest string) []byte {
+	t.Helper()
+	js, err := json.Marshal(map[string]any{"name": "metallb", "manifest": manifest, "version": 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	if _, err := zw.Write(js); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return []byte(base64.StdEncoding.EncodeToString(b.Bytes()))
+}
+
+func TestHelmReleaseObjects(t *testing.T) {
+	manifest := `---
+# Source: metallb/charts/crds/templates/crds.yaml
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: ipaddresspools.metallb.io
+---
+# Source: metallb/templates/rbac.yaml
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: metallb-controller
+  namespace: "metallb-system"
+---
+# Source: metallb/templates/speaker.yaml
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: metallb-speaker
+---
+# an empty document
+---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: metallb-system
+`
+	got, err := helmReleaseManifest(helmRecord(t, manifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != manifest {
+		t.Fatalf("manifest decoded as %q", got)
+	}
+	objs, err := releaseObjects(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, o := range objs {
+		names = append(names, o.GetKind()+"/"+o.GetName())
+	}
+	if want := []string{"ServiceAccount/metallb-controller", "DaemonSet/metallb-speaker"}; !slices.Equal(names, want) {
+		t.Errorf("objects %v, want %v (the CRD and the Namespace stay)", names, want)
+	}
+	if _, err := helmReleaseManifest([]byte("not base64!")); err == nil {
+		t.Error("a record that is not base64 decodes")
 	}
 }

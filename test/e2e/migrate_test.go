@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -32,10 +33,66 @@ func TestMigrateFromMetalLB(t *testing.T) {
 	if _, ok := e.Hosts.(LabHosts); !ok {
 		t.Skip("needs the lab (MetalLB's images run from bin/)")
 	}
-	mlb := metallbImpl(t, e)
-	impls := []*lbImpl{ironlbImpl, mlb}
-	t.Cleanup(func() { e.switchTo(t, ironlbImpl, impls) })
-	e.switchTo(t, mlb, impls)
+	manifests, helm := metallbImpl(t, e), metallbHelmImpl(t, e)
+	all := []*lbImpl{ironlbImpl, manifests, helm}
+	t.Cleanup(func() {
+		// Leave the suite's ironlb as the other tests expect it, whatever happened: MetalLB
+		// removed, ironlb's CRDs in place and the chart's default values (not the
+		// migration's ports).
+		e.switchTo(t, ironlbImpl, all)
+		ctx := context.Background()
+		if out, err := e.kubectl(ctx, "", "apply", "--server-side", "--force-conflicts", "-f", filepath.Join(e.Root, "charts", "ironlb", "crds")); err != nil {
+			t.Errorf("applying ironlb's CRDs: %v\n%s", err, out)
+		}
+		if err := e.install(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Run("manifests", func(t *testing.T) { migrateFromMetalLB(t, e, manifests, all, true) })
+	t.Run("helm", func(t *testing.T) { migrateFromMetalLB(t, e, helm, all, false) })
+}
+
+// metallbHelmImpl is MetalLB installed with its Helm chart (from its module, with the
+// frr-k8s backend off: the lab has no frr-k8s image, and layer 2 does not use it).
+func metallbHelmImpl(t testing.TB, e *Env) *lbImpl {
+	chart := filepath.Join(metallbModule(t, e), "charts", "metallb")
+	return &lbImpl{
+		name:       "MetalLB (Helm)",
+		controller: "metallb-controller", speaker: "metallb-speaker", webhookService: "metallb-webhook-service",
+		speakerLabels: map[string]string{"app.kubernetes.io/name": "metallb", "app.kubernetes.io/component": "speaker"},
+		install: func(e *Env, ctx context.Context) error {
+			if out, err := e.run(ctx, e.Helm, "--kubeconfig", e.Kubeconfig, "install", "metallb", chart, "-n", Namespace,
+				"--create-namespace", "--set", "frrk8s.enabled=false", "--wait", "--timeout", "3m"); err != nil {
+				return fmt.Errorf("installing MetalLB with Helm: %w\n%s", err, out)
+			}
+			return e.waitReady(ctx, 3*time.Minute)
+		},
+		uninstall: func(e *Env, ctx context.Context) error {
+			if out, err := e.run(ctx, e.Helm, "--kubeconfig", e.Kubeconfig, "uninstall", "metallb", "-n", Namespace, "--wait", "--ignore-not-found"); err != nil {
+				return fmt.Errorf("helm uninstall metallb: %w\n%s", err, out)
+			}
+			// The CRDs of a release the migration removed are no longer the release's.
+			crds := []string{"bfdprofiles", "bgpadvertisements", "bgppeers", "communities", "configurationstates",
+				"ipaddresspools", "l2advertisements", "servicebgpstatuses", "servicel2statuses"}
+			for i := range crds {
+				crds[i] += ".metallb.io"
+			}
+			if out, err := e.kubectl(ctx, "", append([]string{"delete", "crd", "--ignore-not-found", "--wait", "--timeout=2m"}, crds...)...); err != nil {
+				return fmt.Errorf("deleting MetalLB's CRDs: %w\n%s", err, out)
+			}
+			if out, err := e.kubectl(ctx, "", "delete", "namespace", Namespace, "--ignore-not-found", "--wait", "--timeout=3m"); err != nil {
+				return fmt.Errorf("deleting namespace %s: %w\n%s", Namespace, err, out)
+			}
+			return nil
+		},
+	}
+}
+
+// migrateFromMetalLB installs mlb with the walkthrough, migrates to ironlb under traffic
+// (withAbort: first prepare, install, helm uninstall --no-hooks and abort), checks the
+// targets, then goes back to mlb. all: every implementation switchTo may have to remove.
+func migrateFromMetalLB(t *testing.T, e *Env, mlb *lbImpl, all []*lbImpl, withAbort bool) {
+	e.switchTo(t, mlb, all)
 	ctx := ctxT(t)
 	dumpOnFailure(t, e, func() []string { return nil })
 
@@ -63,7 +120,11 @@ func TestMigrateFromMetalLB(t *testing.T) {
 		return out
 	}
 	plan := migrate()
-	for _, want := range []string{"(its manifests)", "layer 2 only", "default/svc1", "scale Deployment controller to 0", "helm install ironlb"} {
+	how := "(its manifests)"
+	if strings.Contains(mlb.name, "Helm") {
+		how = "(Helm release metallb)"
+	}
+	for _, want := range []string{how, "layer 2 only", "default/svc1", "scale Deployment " + mlb.controller + " to 0", "helm install ironlb"} {
 		if !strings.Contains(plan, want) {
 			t.Errorf("the dry run does not say %q", want)
 		}
@@ -100,19 +161,28 @@ func TestMigrateFromMetalLB(t *testing.T) {
 			t.Fatalf("%s: %v\n%s", helmLine, err, out)
 		}
 	}
-	// First the way back before finish: ironlb out without its cleanup hook, MetalLB's
-	// controller and webhooks restored.
-	prepare()
-	if out, err := e.run(ctx, e.Helm, "--kubeconfig", e.Kubeconfig, "uninstall", Release, "-n", Namespace, "--no-hooks", "--wait"); err != nil {
-		t.Fatalf("helm uninstall --no-hooks: %v\n%s", err, out)
-	}
-	migrate("abort")
-	if err := e.waitReady(ctx, 3*time.Minute); err != nil { // e.Impl is MetalLB
-		t.Fatal(err)
+	if withAbort {
+		// First the way back before finish: ironlb out without its cleanup hook, MetalLB's
+		// controller and webhooks restored.
+		prepare()
+		if out, err := e.run(ctx, e.Helm, "--kubeconfig", e.Kubeconfig, "uninstall", Release, "-n", Namespace, "--no-hooks", "--wait"); err != nil {
+			t.Fatalf("helm uninstall --no-hooks: %v\n%s", err, out)
+		}
+		migrate("abort")
+		if err := e.waitReady(ctx, 3*time.Minute); err != nil { // e.Impl is MetalLB
+			t.Fatal(err)
+		}
 	}
 	// Then for good.
 	prepare()
 	migrate("finish")
+	if strings.Contains(mlb.name, "Helm") {
+		// finish removed MetalLB's release, record included (helm uninstall would have
+		// deleted the CRDs and the pools).
+		if out, err := e.run(ctx, e.Helm, "--kubeconfig", e.Kubeconfig, "status", "metallb", "-n", Namespace); err == nil {
+			t.Errorf("MetalLB's Helm release is still recorded after finish:\n%s", out)
+		}
+	}
 	e.Impl = ironlbImpl
 	end := time.Now()
 	// Observation window: the clients keep going after MetalLB is gone.

@@ -67,24 +67,11 @@ func BenchmarkVersusMetalLB(b *testing.B) {
 	}
 }
 
-// metallbImpl is MetalLB as its users install it, from the module hack/metallb pins; the lab
-// runs its images from bin/metallb-controller and bin/metallb-speaker. Without them it skips
-// (fails in CI, where make test-e2e builds them).
+// metallbImpl is MetalLB as its users install it from its manifest, from the module
+// hack/metallb pins; the lab runs its images from bin/metallb-controller and
+// bin/metallb-speaker.
 func metallbImpl(b testing.TB, e *Env) *lbImpl {
-	skip := b.Skipf
-	if os.Getenv("CI") == "true" {
-		skip = b.Fatalf
-	}
-	for _, c := range []string{"metallb-controller", "metallb-speaker"} {
-		if !fileExists(filepath.Join(e.Root, "bin", c)) {
-			skip("no bin/%s: run `make metallb` before the lab comes up (make test-e2e and make bench-metallb do)", c)
-		}
-	}
-	out, err := e.run(context.Background(), "go", "-C", "hack/metallb", "list", "-m", "-f", "{{.Dir}}", "go.universe.tf/metallb")
-	if err != nil {
-		b.Fatalf("locating MetalLB's module: %v\n%s", err, out)
-	}
-	manifest := filepath.Join(strings.TrimSpace(out), "config", "manifests", "metallb-native.yaml")
+	manifest := filepath.Join(metallbModule(b, e), "config", "manifests", "metallb-native.yaml")
 	if !fileExists(manifest) {
 		b.Fatalf("MetalLB's manifest %s does not exist", manifest)
 	}
@@ -105,6 +92,26 @@ func metallbImpl(b testing.TB, e *Env) *lbImpl {
 			return nil
 		},
 	}
+}
+
+// metallbModule returns the directory of MetalLB's module (hack/metallb), after checking
+// that `make metallb` built its commands; without them it skips (fails in CI, where make
+// test-e2e builds them).
+func metallbModule(b testing.TB, e *Env) string {
+	skip := b.Skipf
+	if os.Getenv("CI") == "true" {
+		skip = b.Fatalf
+	}
+	for _, c := range []string{"metallb-controller", "metallb-speaker"} {
+		if !fileExists(filepath.Join(e.Root, "bin", c)) {
+			skip("no bin/%s: run `make metallb` before the lab comes up (make test-e2e and make bench-metallb do)", c)
+		}
+	}
+	out, err := e.run(context.Background(), "go", "-C", "hack/metallb", "list", "-m", "-f", "{{.Dir}}", "go.universe.tf/metallb")
+	if err != nil {
+		b.Fatalf("locating MetalLB's module: %v\n%s", err, out)
+	}
+	return strings.TrimSpace(out)
 }
 
 // versusCounts is how many times versusRun runs each probe.
