@@ -96,7 +96,7 @@ func (m *migration) removeHelmRelease(release string) ([]string, error) {
 	}
 	objs, err := releaseObjects(manifest)
 	if err != nil {
-		return nil, fmt.Errorf("Helm release %s: %w", release, err)
+		return nil, fmt.Errorf("the Helm release %s: %w", release, err)
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(m.cs.Discovery()))
 	bg := metav1.DeletePropagationBackground
@@ -108,7 +108,7 @@ func (m *migration) removeHelmRelease(release string) ([]string, error) {
 			continue // its kind is not served any more: nothing left to delete
 		}
 		if err != nil {
-			return deleted, fmt.Errorf("Helm release %s: %s %s: %w", release, gvk.Kind, o.GetName(), err)
+			return deleted, fmt.Errorf("the Helm release %s: %s %s: %w", release, gvk.Kind, o.GetName(), err)
 		}
 		r := m.dc.Resource(mp.Resource)
 		var del func() error
@@ -117,7 +117,9 @@ func (m *migration) removeHelmRelease(release string) ([]string, error) {
 			if ons == "" {
 				ons = ns
 			}
-			del = func() error { return r.Namespace(ons).Delete(m.ctx, o.GetName(), metav1.DeleteOptions{PropagationPolicy: &bg}) }
+			del = func() error {
+				return r.Namespace(ons).Delete(m.ctx, o.GetName(), metav1.DeleteOptions{PropagationPolicy: &bg})
+			}
 		} else {
 			del = func() error { return r.Delete(m.ctx, o.GetName(), metav1.DeleteOptions{PropagationPolicy: &bg}) }
 		}
