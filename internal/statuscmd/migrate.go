@@ -40,6 +40,7 @@ type migrateOptions struct {
 var (
 	crdsGVR              = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 	bgpPeersGVR          = schema.GroupVersionResource{Group: "metallb.io", Version: "v1beta2", Resource: "bgppeers"}
+	bgpPeersV1beta1GVR   = schema.GroupVersionResource{Group: "metallb.io", Version: "v1beta1", Resource: "bgppeers"}
 	bgpAdvertisementsGVR = schema.GroupVersionResource{Group: "metallb.io", Version: "v1beta1", Resource: "bgpadvertisements"}
 )
 
@@ -156,7 +157,6 @@ type found struct {
 	refusals []string
 	services []migratedService
 	webhooks []admissionWebhook
-	ironlb   bool // ironlb's speaker DaemonSet exists
 }
 
 // admissionWebhook is one webhook of MetalLB's validating configuration.
@@ -180,15 +180,11 @@ func (m *migration) inspect() (*found, error) {
 	f.metallb, f.missing = detectMetalLB(deps.Items, dss.Items)
 	frr := ""
 	for i := range dss.Items {
-		d := &dss.Items[i]
-		if f.metallb != nil && d.Name == f.metallb.Speaker {
+		if d := &dss.Items[i]; f.metallb != nil && d.Name == f.metallb.Speaker {
 			frr = frrMode(d)
 		}
-		if d.Name == m.o.release+"-speaker" {
-			f.ironlb = true
-		}
 	}
-	peers, err := m.names(bgpPeersGVR)
+	peers, err := m.names(bgpPeersGVR, bgpPeersV1beta1GVR)
 	if err != nil {
 		return nil, err
 	}
@@ -226,21 +222,25 @@ func (m *migration) inspect() (*found, error) {
 	return f, nil
 }
 
-// names lists the objects of a MetalLB resource in the namespace; a
-// resource whose CRD is not installed has none.
-func (m *migration) names(gvr schema.GroupVersionResource) ([]string, error) {
-	l, err := m.dc.Resource(gvr).Namespace(m.o.namespace).List(m.ctx, metav1.ListOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, nil
+// names lists the objects of a MetalLB resource in the namespace, read at
+// the first of its versions the API server serves; a resource whose CRD is
+// not installed has none.
+func (m *migration) names(versions ...schema.GroupVersionResource) ([]string, error) {
+	for _, gvr := range versions {
+		l, err := m.dc.Resource(gvr).Namespace(m.o.namespace).List(m.ctx, metav1.ListOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("listing %s in namespace %s: %w", gvr.Resource, m.o.namespace, err)
+		}
+		var out []string
+		for _, it := range l.Items {
+			out = append(out, it.GetName())
+		}
+		return out, nil
 	}
-	if err != nil {
-		return nil, fmt.Errorf("listing %s in namespace %s: %w", gvr.Resource, m.o.namespace, err)
-	}
-	var out []string
-	for _, it := range l.Items {
-		out = append(out, it.GetName())
-	}
-	return out, nil
+	return nil, nil
 }
 
 // usable checks what every phase needs: a MetalLB install that runs no BGP.
