@@ -219,6 +219,16 @@ func report(out io.Writer, p *pkgResult, strict bool, allow allowed) bool {
 		}
 	}
 	good := p.action != "fail" && len(badSkips) == 0
+	if p.action == "fail" {
+		// A test still running when the binary died (a panic, log.Fatal,
+		// os.Exit, the timeout) has no result: its output holds why.
+		for _, name := range p.order {
+			if t := p.tests[name]; t.action == "" {
+				_, _ = fmt.Fprintf(out, "--- DIED %s %s (no result: the test binary ended while it ran); its last output:\n%s",
+					p.name, name, lastLines(t.output, diedLines))
+			}
+		}
+	}
 	if p.action == "fail" && failed == 0 {
 		_, _ = fmt.Fprintf(out, "--- FAIL %s\n%s", p.name, strings.Join(p.output, ""))
 	}
@@ -244,6 +254,15 @@ func skipReason(output []string) string {
 		return l
 	}
 	return "(no message)"
+}
+
+// diedLines is how many of a died test's last output lines the summary shows.
+const diedLines = 60
+
+// lastLines returns the last n lines of output.
+func lastLines(output []string, n int) string {
+	lines := strings.SplitAfter(strings.Join(output, ""), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "")
 }
 
 // whyMessages is how many of a failed test's last messages the summary repeats.

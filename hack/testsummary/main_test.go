@@ -51,6 +51,14 @@ func TestSummarize(t *testing.T) {
 			`{"Action":"start","Package":"m/z"}`,
 			`{"Action":"fail","Package":"m/z","FailedBuild":"m/z"}`,
 		), false, false, []string{"z.go:1: syntax error", "FAIL m/z"}},
+		{"a test running when its binary panicked is shown with its last output", events(
+			`{"Action":"run","Package":"m/v","Test":"TestDone"}`,
+			`{"Action":"pass","Package":"m/v","Test":"TestDone"}`,
+			`{"Action":"run","Package":"m/v","Test":"TestCrash"}`,
+			`{"Action":"output","Package":"m/v","Test":"TestCrash","Output":"panic: Log in goroutine after TestX has completed\n"}`,
+			`{"Action":"output","Package":"m/v","Output":"FAIL\tm/v\t1.0s\n"}`,
+			`{"Action":"fail","Package":"m/v","Elapsed":1}`,
+		), false, false, []string{"--- DIED m/v TestCrash", "panic: Log in goroutine", "FAIL m/v", "1 run,    1 passed,   0 failed"}},
 		{"a binary killed by -timeout is a failure", events(
 			`{"Action":"run","Package":"m/w","Test":"TestSlow"}`,
 		), false, false, []string{"FAIL m/w", "did not finish"}},

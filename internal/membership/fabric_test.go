@@ -282,13 +282,29 @@ func agree(ms []*member, want []string) bool {
 	return true
 }
 
-// testLogger logs to t only when -v, so memberlist chatter explains failures
-// without drowning passing runs.
+// testLogger logs to t only when -v (go test -json, as CI runs it, is -v),
+// so memberlist chatter explains failures without drowning passing runs. It
+// stops when the test ends: memberlist's goroutines may still log after the
+// members shut down, and t.Log after the test completed panics, killing the
+// test binary.
 func testLogger(tb testing.TB) logr.Logger {
 	if !testing.Verbose() {
 		return logr.Discard()
 	}
-	return funcr.New(func(prefix, args string) { tb.Log(prefix, args) }, funcr.Options{Verbosity: 0})
+	var mu sync.Mutex
+	done := false
+	tb.Cleanup(func() { // registered first: runs after every member's cleanup
+		mu.Lock()
+		done = true
+		mu.Unlock()
+	})
+	return funcr.New(func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !done {
+			tb.Log(prefix, args)
+		}
+	}, funcr.Options{Verbosity: 0})
 }
 
 // drain empties a member's event channel, returning what was in it.
