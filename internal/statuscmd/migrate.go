@@ -504,11 +504,7 @@ func (m *migration) finish() error {
 	if err != nil {
 		return fmt.Errorf("listing Services: %w", err)
 	}
-	sts, err := l2Statuses(m.ctx, m.dc, ns)
-	if err != nil {
-		return fmt.Errorf("listing the ServiceL2Status objects: %w", err)
-	}
-	if changed := ipChanges(st.Services, servedServices(svcs.Items, sts)); len(changed) > 0 {
+	if changed := ipChanges(st.Services, servedServices(svcs.Items, nil)); len(changed) > 0 {
 		return fmt.Errorf("these Services' IPs changed: %s", strings.Join(changed, "; "))
 	}
 	if err := m.cs.CoreV1().ConfigMaps(ns).Delete(m.ctx, migrationConfigMap, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
