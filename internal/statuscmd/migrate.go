@@ -165,7 +165,8 @@ type admissionWebhook struct{ config, name, policy string }
 func (w admissionWebhook) key() string { return w.config + "/" + w.name }
 
 // inspect reads the namespace's workloads, MetalLB's BGP objects, its
-// webhooks, and the Services with their announcers.
+// webhooks, and the Services with their announcers; an error when there is no
+// MetalLB to migrate or it must be refused (usable).
 func (m *migration) inspect() (*found, error) {
 	ns := m.o.namespace
 	deps, err := m.cs.AppsV1().Deployments(ns).List(m.ctx, metav1.ListOptions{})
@@ -219,6 +220,9 @@ func (m *migration) inspect() (*found, error) {
 			f.webhooks = append(f.webhooks, admissionWebhook{config: c.Name, name: w.Name, policy: p})
 		}
 	}
+	if err := f.usable(ns); err != nil {
+		return nil, err
+	}
 	return f, nil
 }
 
@@ -260,11 +264,7 @@ func (m *migration) plan() error {
 	if err != nil {
 		return err
 	}
-	ns := m.o.namespace
-	if err := f.usable(ns); err != nil {
-		return err
-	}
-	ml := f.metallb
+	ns, ml := m.o.namespace, f.metallb
 	how := "its manifests"
 	if ml.HelmRelease != "" {
 		how = "Helm release " + ml.HelmRelease
@@ -305,9 +305,6 @@ func (m *migration) prepare() error {
 		return err
 	}
 	ns := m.o.namespace
-	if err := f.usable(ns); err != nil {
-		return err
-	}
 	st, err := m.loadState()
 	if err != nil {
 		return err
