@@ -176,7 +176,7 @@ func ipChanges(want, now []migratedService) []string {
 	}
 	var out []string
 	for _, s := range want {
-		if got := cur[s.Name]; !slices.Equal(sortedCopy(got), sortedCopy(s.IPs)) {
+		if got := cur[s.Name]; !slices.Equal(slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(s.IPs))) {
 			out = append(out, fmt.Sprintf("%s: %s before, %s now", s.Name, strings.Join(s.IPs, ","), orNone(strings.Join(got, ","))))
 		}
 	}
@@ -204,12 +204,6 @@ func announcerMismatches(want []migratedService, r statusview.Report) []string {
 		}
 	}
 	return out
-}
-
-func sortedCopy(s []string) []string {
-	c := slices.Clone(s)
-	slices.Sort(c)
-	return c
 }
 
 func orNone(s string) string {
