@@ -174,20 +174,22 @@ func (a *Allocator) Assign(key string, req Request, ips []netip.Addr) (pool stri
 	if len(ips) == 0 {
 		return "", errorf(ReasonInvalidRequest, key, netip.Addr{}, "", "no addresses to assign")
 	}
-	var seen []corev1.IPFamily
+	seen := map[corev1.IPFamily]int{}
 	for _, ip := range ips {
 		if !ip.IsValid() || ip.Zone() != "" || ip.Is4In6() {
 			return "", errorf(ReasonInvalidRequest, key, ip, "", "invalid address %q", ip)
 		}
 		f := familyOf(ip)
-		if slices.Contains(seen, f) {
-			return "", errorf(ReasonFamilyMismatch, key, ip, "", "at most one address per family, got two %s addresses", f)
+		if seen[f]++; seen[f] > nreq.Count {
+			if nreq.Count == 1 {
+				return "", errorf(ReasonFamilyMismatch, key, ip, "", "at most one address per family, got two %s addresses", f)
+			}
+			return "", errorf(ReasonFamilyMismatch, key, ip, "", "at most %d addresses per family, got more %s addresses", nreq.Count, f)
 		}
 		if !slices.Contains(nreq.Families, f) {
 			return "", errorf(ReasonFamilyMismatch, key, ip, "",
 				"address %s does not match the service's ipFamilies %v (policy %s)", ip, nreq.Families, nreq.Policy)
 		}
-		seen = append(seen, f)
 	}
 	p, e := a.claim(key, nreq, ips)
 	if e != nil {
@@ -405,53 +407,77 @@ func (a *Allocator) autoPools(req Request) []*poolState {
 }
 
 // pick chooses addresses from the first candidate pool that can serve req's
-// policy. PreferDualStack takes the first pool offering both families, else
-// the first offering the primary, else the first offering the secondary
-// (MetalLB's order).
+// policy, req.Count per family. PreferDualStack takes the first pool offering
+// both families, else the first offering the primary, else the first offering
+// the secondary (MetalLB's order).
 func (a *Allocator) pick(key string, req Request, pools []*poolState) ([]netip.Addr, *poolState) {
 	fams := req.Families
 	if len(fams) == 1 {
 		for _, p := range pools {
-			if ip, ok := a.pickFamily(key, req, p, fams[0]); ok {
-				return []netip.Addr{ip}, p
+			if ips, ok := a.pickFamily(key, req, p, fams[0]); ok {
+				return ips, p
 			}
 		}
 		return nil, nil
 	}
 	var (
-		primary, secondary       netip.Addr
+		primary, secondary       []netip.Addr
 		primaryPool, secondaryPl *poolState
 	)
 	for _, p := range pools {
-		ip0, ok0 := a.pickFamily(key, req, p, fams[0])
-		ip1, ok1 := a.pickFamily(key, req, p, fams[1])
+		ips0, ok0 := a.pickFamily(key, req, p, fams[0])
+		ips1, ok1 := a.pickFamily(key, req, p, fams[1])
 		if ok0 && ok1 {
-			return []netip.Addr{ip0, ip1}, p
+			return append(ips0, ips1...), p
 		}
 		if ok0 && primaryPool == nil {
-			primary, primaryPool = ip0, p
+			primary, primaryPool = ips0, p
 		}
 		if ok1 && secondaryPl == nil {
-			secondary, secondaryPl = ip1, p
+			secondary, secondaryPl = ips1, p
 		}
 	}
 	if req.Policy != corev1.IPFamilyPolicyPreferDualStack {
 		return nil, nil
 	}
 	if primaryPool != nil {
-		return []netip.Addr{primary}, primaryPool
+		return primary, primaryPool
 	}
 	if secondaryPl != nil {
-		return []netip.Addr{secondary}, secondaryPl
+		return secondary, secondaryPl
 	}
 	return nil, nil
 }
 
-// pickFamily returns the lowest address of family f in pool p that req can
-// take: the first free one, or a lower address already held by services req
-// may share with (MetalLB walks the pool in order and takes the first address
-// passing its sharing check, which is the same choice).
-func (a *Allocator) pickFamily(key string, req Request, p *poolState, f corev1.IPFamily) (netip.Addr, bool) {
+// pickFamily returns the req.Count lowest addresses of family f in pool p
+// that req can take, or false when the pool has fewer. Each is the first
+// free one or a lower one already held by services req may share with
+// (MetalLB walks the pool in order and takes the first address passing its
+// sharing check, which is the same choice). The addresses picked are held
+// for key while it picks the next, so that they are not picked twice, and
+// released before it returns: the caller commits them.
+func (a *Allocator) pickFamily(key string, req Request, p *poolState, f corev1.IPFamily) ([]netip.Addr, bool) {
+	n := max(req.Count, 1)
+	got := make([]netip.Addr, 0, n)
+	defer func() {
+		for _, ip := range got {
+			a.unhold(key, ip, req.SharingKey)
+		}
+	}()
+	for len(got) < n {
+		ip, ok := a.pickOne(key, req, p, f, got)
+		if !ok {
+			return nil, false
+		}
+		a.hold(key, req, ip)
+		got = append(got, ip)
+	}
+	return slices.Clone(got), true
+}
+
+// pickOne is one step of pickFamily: the lowest address it can take that is
+// not in taken.
+func (a *Allocator) pickOne(key string, req Request, p *poolState, f corev1.IPFamily, taken []netip.Addr) (netip.Addr, bool) {
 	v4 := f == corev1.IPv4Protocol
 	var best netip.Addr
 	for _, s := range p.spans {
@@ -465,7 +491,7 @@ func (a *Allocator) pickFamily(key string, req Request, p *poolState, f corev1.I
 	}
 	if req.SharingKey != "" {
 		for ip := range a.shared[req.SharingKey] {
-			if ip.Is4() != v4 || (best.IsValid() && !ip.Less(best)) {
+			if ip.Is4() != v4 || (best.IsValid() && !ip.Less(best)) || slices.Contains(taken, ip) {
 				continue
 			}
 			if e := a.ips[ip]; e.span.pool != p || a.checkSharing(key, ip, req) != nil {
@@ -497,13 +523,22 @@ func (a *Allocator) satisfies(key string, cur *allocation, req Request) bool {
 			return false
 		}
 	}
+	perFamily := map[corev1.IPFamily]int{}
+	for _, ip := range cur.ips {
+		perFamily[familyOf(ip)]++
+	}
+	for _, n := range perFamily {
+		if n != req.Count {
+			return false
+		}
+	}
 	switch req.Policy {
 	case corev1.IPFamilyPolicySingleStack:
-		if len(cur.ips) != 1 {
+		if len(perFamily) != 1 {
 			return false
 		}
 	case corev1.IPFamilyPolicyRequireDualStack:
-		if len(cur.ips) != 2 {
+		if len(perFamily) != 2 {
 			return false
 		}
 	}
@@ -531,11 +566,13 @@ func (a *Allocator) updateInPlace(key string, cur *allocation, req Request) {
 		}
 	}
 	cur.req = holdingOf(req)
-	if req.Policy == corev1.IPFamilyPolicyPreferDualStack && len(req.Families) == 2 && len(cur.ips) == 1 && len(req.IPs) == 0 {
+	if req.Policy == corev1.IPFamilyPolicyPreferDualStack && len(req.Families) == 2 && len(cur.ips) == req.Count && len(req.IPs) == 0 {
 		missing := otherFamily(familyOf(cur.ips[0]))
-		if ip, ok := a.pickFamily(key, req, a.pools[cur.pool], missing); ok {
-			a.hold(key, req, ip)
-			cur.ips = append(cur.ips, ip)
+		if ips, ok := a.pickFamily(key, req, a.pools[cur.pool], missing); ok {
+			for _, ip := range ips {
+				a.hold(key, req, ip)
+			}
+			cur.ips = append(cur.ips, ips...)
 			slices.SortStableFunc(cur.ips, func(x, y netip.Addr) int {
 				return cmp.Compare(slices.Index(req.Families, familyOf(x)), slices.Index(req.Families, familyOf(y)))
 			})
@@ -605,19 +642,24 @@ func (a *Allocator) release(key string) {
 	}
 	delete(a.allocs, key)
 	for _, ip := range al.ips {
-		e := a.ips[ip]
-		if e == nil {
-			continue
-		}
-		e.holders = slices.DeleteFunc(e.holders, func(h string) bool { return h == key })
-		if len(e.holders) > 0 {
-			continue
-		}
-		idx, _ := e.span.index(ip)
-		e.span.used.remove(idx)
-		delete(a.ips, ip)
-		a.unindexShared(ip, al.req.SharingKey)
+		a.unhold(key, ip, al.req.SharingKey)
 	}
+}
+
+// unhold removes key from ip's holders, freeing ip when none is left.
+func (a *Allocator) unhold(key string, ip netip.Addr, sharingKey string) {
+	e := a.ips[ip]
+	if e == nil {
+		return
+	}
+	e.holders = slices.DeleteFunc(e.holders, func(h string) bool { return h == key })
+	if len(e.holders) > 0 {
+		return
+	}
+	idx, _ := e.span.index(ip)
+	e.span.used.remove(idx)
+	delete(a.ips, ip)
+	a.unindexShared(ip, sharingKey)
 }
 
 func (a *Allocator) indexShared(ip netip.Addr, sk string) {

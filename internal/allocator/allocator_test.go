@@ -669,3 +669,79 @@ func TestTreap(t *testing.T) {
 		prev = &k
 	})
 }
+
+// TestAddressCount: several addresses per family (service.AnnotationAddressCount),
+// each the lowest the Service can take, all from one pool; a pool too small
+// gives none, never a part.
+func TestAddressCount(t *testing.T) {
+	ps := pools(mkPool(t, "small", []string{"10.0.0.0/30"}), mkPool(t, "dual", []string{"10.0.9.0/29", "fd00:9::/125"}))
+	a := New(ps)
+	ips, pool, err := a.Allocate("ns/three", Request{Pool: "dual", Count: 3, Families: v4v6, Policy: requir})
+	if err != nil || pool != "dual" || !slices.Equal(ips, addrs("10.0.9.0", "10.0.9.1", "10.0.9.2", "fd00:9::", "fd00:9::1", "fd00:9::2")) {
+		t.Fatalf("got %v %q %v, want three of each family from dual", ips, pool, err)
+	}
+	checkInvariants(t, a, true)
+
+	t.Run("idempotent", func(t *testing.T) {
+		again, _, err := a.Allocate("ns/three", Request{Pool: "dual", Count: 3, Families: v4v6, Policy: requir})
+		if err != nil || !slices.Equal(again, ips) {
+			t.Fatalf("second Allocate: %v %v, want %v", again, err, ips)
+		}
+	})
+	t.Run("a pool too small gives nothing", func(t *testing.T) {
+		_, _, err := a.Allocate("ns/five", Request{Pool: "small", Count: 5})
+		if reason(err) != ReasonNoAvailableIPs {
+			t.Fatalf("err %v, want %s", err, ReasonNoAvailableIPs)
+		}
+		if _, _, ok := a.Allocation("ns/five"); ok {
+			t.Fatal("a partial allocation was kept")
+		}
+		if got := a.PoolStats("small"); got.AssignedIPv4 != 0 {
+			t.Fatalf("stats %+v: the failed request left addresses in use", got)
+		}
+		checkInvariants(t, a, true)
+	})
+	t.Run("the next Service takes the next addresses", func(t *testing.T) {
+		got, _, err := a.Allocate("ns/two", Request{Pool: "dual", Count: 2})
+		if err != nil || !slices.Equal(got, addrs("10.0.9.3", "10.0.9.4")) {
+			t.Fatalf("got %v %v", got, err)
+		}
+		checkInvariants(t, a, true)
+	})
+	t.Run("restore from status", func(t *testing.T) {
+		b := New(ps)
+		if _, err := b.Assign("ns/three", Request{Count: 3, Families: v4v6, Policy: requir}, ips); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Assign("ns/x", Request{Count: 1}, addrs("10.0.0.1", "10.0.0.2")); reason(err) != ReasonFamilyMismatch {
+			t.Fatalf("two IPv4 for a count of 1: %v, want %s", err, ReasonFamilyMismatch)
+		}
+		checkInvariants(t, b, true)
+	})
+	t.Run("requested addresses", func(t *testing.T) {
+		b := New(ps)
+		got, _, err := b.Allocate("ns/req", Request{Count: 2, IPs: addrs("10.0.9.5", "10.0.9.2")})
+		if err != nil || !slices.Equal(got, addrs("10.0.9.5", "10.0.9.2")) {
+			t.Fatalf("got %v %v", got, err)
+		}
+		if _, _, err := b.Allocate("ns/bad", Request{Count: 2, IPs: addrs("10.0.9.6")}); reason(err) != ReasonFamilyMismatch {
+			t.Fatalf("one address for a count of 2: %v, want %s", err, ReasonFamilyMismatch)
+		}
+		checkInvariants(t, b, true)
+	})
+	t.Run("sharing applies per address", func(t *testing.T) {
+		b := New(ps)
+		if _, _, err := b.Allocate("ns/a", Request{Pool: "dual", Count: 2, SharingKey: "k", Ports: tcp(80)}); err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := b.Allocate("ns/b", Request{Pool: "dual", Count: 2, SharingKey: "k", Ports: tcp(443)})
+		if err != nil || !slices.Equal(got, addrs("10.0.9.0", "10.0.9.1")) {
+			t.Fatalf("a Service sharing both addresses: %v %v", got, err)
+		}
+		got, _, err = b.Allocate("ns/c", Request{Pool: "dual", Count: 2, SharingKey: "k", Ports: tcp(80)})
+		if err != nil || !slices.Equal(got, addrs("10.0.9.2", "10.0.9.3")) {
+			t.Fatalf("a port conflict takes new addresses: %v %v", got, err)
+		}
+		checkInvariants(t, b, true)
+	})
+}

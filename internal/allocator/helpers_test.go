@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/ironlb/ironlb/internal/config"
+	"github.com/ironlb/ironlb/internal/service"
 )
 
 // rng parses "a-b" or a CIDR into a config.Range.
@@ -117,11 +118,18 @@ func checkInvariants(t testing.TB, a *Allocator, enumerate bool) {
 	t.Helper()
 	held := map[netip.Addr][]string{}
 	for key, al := range a.allocs {
-		if len(al.ips) == 0 || len(al.ips) > 2 {
+		perFamily := map[bool]int{}
+		for i, ip := range al.ips {
+			perFamily[ip.Is4()]++
+			if slices.Contains(al.ips[:i], ip) {
+				t.Fatalf("%s holds %s twice: %v", key, ip, al.ips)
+			}
+		}
+		if len(al.ips) == 0 || len(al.ips) > 2*service.MaxAddressCount {
 			t.Fatalf("%s holds %d addresses", key, len(al.ips))
 		}
-		if len(al.ips) == 2 && al.ips[0].Is4() == al.ips[1].Is4() {
-			t.Fatalf("%s holds two addresses of one family: %v", key, al.ips)
+		if len(perFamily) == 2 && perFamily[true] != perFamily[false] {
+			t.Fatalf("%s holds %d IPv4 and %d IPv6 addresses: %v", key, perFamily[true], perFamily[false], al.ips)
 		}
 		p := a.pools[al.pool]
 		if p == nil {

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -57,7 +58,8 @@ type Request struct {
 	Labels     map[string]string     // Service labels, for serviceSelectors
 	Families   []corev1.IPFamily     // from spec.ipFamilies, in order (primary first)
 	Policy     corev1.IPFamilyPolicy // SingleStack (default), PreferDualStack, RequireDualStack
-	IPs        []netip.Addr          // requested addresses, at most one per family
+	IPs        []netip.Addr          // requested addresses, Count per family (or none)
+	Count      int                   // addresses per family (0: 1; service.AnnotationAddressCount)
 	Pool       string                // requested pool name ("" = any auto-assign pool)
 	SharingKey string                // allow-shared-ip annotation value
 	BackendKey string                // for sharing rules (MetalLB: selector + ETP rules)
@@ -93,7 +95,7 @@ func ParseService(svc *corev1.Service) (Request, []Warning, error) {
 	if err != nil {
 		return Request{}, warns, invalidAnnotation(key, err)
 	}
-	req.IPs = requested.IPs
+	req.IPs, req.Count = requested.IPs, requested.Count
 
 	pool, poolAnn, err := service.RequestedPool(svc)
 	deprecated(&warns, poolAnn)
@@ -188,21 +190,39 @@ func normalize(req Request) (Request, *Error) {
 		}
 		out.Families = append(out.Families, f)
 	}
+	switch {
+	case req.Count == 0:
+		out.Count = 1
+	case req.Count < 0 || req.Count > service.MaxAddressCount:
+		return out, errorf(ReasonInvalidRequest, "", netip.Addr{}, "", "want 1 to %d addresses per family, not %d", service.MaxAddressCount, req.Count)
+	}
+	perFamily := map[bool]int{}
 	for _, ip := range req.IPs {
 		if !ip.IsValid() || ip.Zone() != "" || ip.Is4In6() {
 			return out, errorf(ReasonInvalidRequest, "", ip, "", "invalid requested address %q", ip)
 		}
-		for _, prev := range out.IPs {
-			if prev.Is4() == ip.Is4() {
+		if slices.Contains(out.IPs, ip) {
+			return out, errorf(ReasonInvalidRequest, "", ip, "", "address %s requested twice", ip)
+		}
+		if perFamily[ip.Is4()]++; perFamily[ip.Is4()] > out.Count {
+			if out.Count == 1 {
 				return out, errorf(ReasonFamilyMismatch, "", ip, "",
-					"at most one address per family, got %s and %s", prev, ip)
+					"at most one address per family, got %s and %s", out.IPs[slices.IndexFunc(out.IPs, func(p netip.Addr) bool { return p.Is4() == ip.Is4() })], ip)
 			}
+			return out, errorf(ReasonFamilyMismatch, "", ip, "", "more than %d %s addresses requested", out.Count, familyOf(ip))
 		}
 		out.IPs = append(out.IPs, ip)
 	}
+	for _, f := range []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol} {
+		if n := perFamily[f == corev1.IPv4Protocol]; n != 0 && n != out.Count {
+			return out, errorf(ReasonFamilyMismatch, "", netip.Addr{}, "", "%d %s addresses requested, %d per family wanted", n, f, out.Count)
+		}
+	}
 	if len(out.Families) == 0 {
 		for _, ip := range out.IPs {
-			out.Families = append(out.Families, familyOf(ip))
+			if f := familyOf(ip); !slices.Contains(out.Families, f) {
+				out.Families = append(out.Families, f)
+			}
 		}
 		if len(out.Families) == 0 {
 			out.Families = []corev1.IPFamily{corev1.IPv4Protocol}
@@ -222,9 +242,9 @@ func normalize(req Request) (Request, *Error) {
 				"requested address %s does not match the service's ipFamilies %v (policy %s)", ip, out.Families, out.Policy)
 		}
 	}
-	if out.Policy == corev1.IPFamilyPolicyRequireDualStack && len(out.IPs) == 1 {
+	if out.Policy == corev1.IPFamilyPolicyRequireDualStack && len(out.IPs) > 0 && len(perFamily) == 1 {
 		return out, errorf(ReasonFamilyMismatch, "", out.IPs[0], "",
-			"ipFamilyPolicy RequireDualStack needs one requested address per family, got only %s", out.IPs[0])
+			"ipFamilyPolicy RequireDualStack needs requested addresses of both families, got only %s", strings.Trim(fmt.Sprint(out.IPs), "[]"))
 	}
 	out.Ports = nil
 	for _, p := range req.Ports {

@@ -1,6 +1,8 @@
 package allocator
 
 import (
+	"github.com/ironlb/ironlb/internal/service"
+
 	"errors"
 	"reflect"
 	"strings"
@@ -35,7 +37,7 @@ func families(fs ...corev1.IPFamily) func(*corev1.Service) {
 
 func TestParseService(t *testing.T) {
 	basePorts := []Port{{corev1.ProtocolTCP, 80}, {corev1.ProtocolUDP, 53}}
-	base := Request{Namespace: "ns", Labels: map[string]string{"app": "web"}, Families: v4, Policy: single, Ports: basePorts}
+	base := Request{Namespace: "ns", Labels: map[string]string{"app": "web"}, Families: v4, Policy: single, Ports: basePorts, Count: 1}
 	with := func(f func(*Request)) Request {
 		r := base
 		f(&r)
@@ -95,8 +97,14 @@ func TestParseService(t *testing.T) {
 			errHas: []string{AnnotationLoadBalancerIPs, `"10.0.0.300"`}},
 		{name: "legacy bad IP names the legacy annotation", svc: svc(map[string]string{"metallb.universe.tf/loadBalancerIPs": "nope"}),
 			errHas: []string{"metallb.universe.tf/loadBalancerIPs", "nope"}},
-		{name: "two IPv4", svc: svc(map[string]string{AnnotationLoadBalancerIPs: "10.0.0.1,10.0.0.2"}),
-			errHas: []string{AnnotationLoadBalancerIPs, "at most one address per family"}},
+		{name: "two IPv4: two addresses per family (ironlb's extension)", svc: svc(map[string]string{AnnotationLoadBalancerIPs: "10.0.0.1,10.0.0.2"}),
+			want: with(func(r *Request) { r.IPs, r.Count = addrs("10.0.0.1", "10.0.0.2"), 2 })},
+		{name: "address count", svc: svc(map[string]string{service.AnnotationAddressCount: "3"}),
+			want: with(func(r *Request) { r.Count = 3 })},
+		{name: "address count disagreeing with the requested IPs", svc: svc(map[string]string{AnnotationLoadBalancerIPs: "10.0.0.1,10.0.0.2", service.AnnotationAddressCount: "3"}),
+			errHas: []string{service.AnnotationAddressCount, "lists 2 addresses per family"}},
+		{name: "two IPv4 and one IPv6", svc: svc(map[string]string{AnnotationLoadBalancerIPs: "10.0.0.1,10.0.0.2,fd00::1"}, policy(requir)),
+			errHas: []string{AnnotationLoadBalancerIPs, "2 IPv4 and 1 IPv6"}},
 		{name: "duplicate", svc: svc(map[string]string{AnnotationLoadBalancerIPs: "10.0.0.1,10.0.0.1"}),
 			errHas: []string{"listed twice"}},
 		{name: "empty entry", svc: svc(map[string]string{AnnotationLoadBalancerIPs: "10.0.0.1,"}),

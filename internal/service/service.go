@@ -13,6 +13,7 @@ package service
 import (
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -34,6 +35,15 @@ const (
 	Prefix       = "metallb.io/"
 	LegacyPrefix = "metallb.universe.tf/"
 )
+
+// AnnotationAddressCount asks for this many addresses per family (ironlb's
+// own; MetalLB has no equivalent): the speakers announce each from a
+// different node, so one Service's traffic spreads over several nodes.
+const AnnotationAddressCount = "ironlb.io/address-count"
+
+// MaxAddressCount bounds AnnotationAddressCount: a spread wider than a rack
+// is better served by several Services.
+const MaxAddressCount = 16
 
 // FieldLoadBalancerIP is the deprecated Service field naming one requested address.
 const FieldLoadBalancerIP = "spec.loadBalancerIP"
@@ -189,9 +199,12 @@ func containsAddr(ips []netip.Addr, ip netip.Addr) bool {
 
 // Requested is what a Service asks for by address.
 type Requested struct {
-	// IPs are the requested addresses, at most one per family, in the order
-	// written; nil when none is requested.
+	// IPs are the requested addresses in the order written, as many per
+	// family as Count; nil when none is requested.
 	IPs []netip.Addr
+	// Count is the number of addresses per family (AnnotationAddressCount,
+	// else the number of requested addresses of a family; 1 by default).
+	Count int
 	// Annotation is the loadBalancerIPs annotation as read.
 	Annotation Annotation
 	// Field: the deprecated spec.loadBalancerIP is set (and parsed).
@@ -200,21 +213,37 @@ type Requested struct {
 
 // RequestedIPs reads the addresses the Service asks for: the
 // metallb.io/loadBalancerIPs annotation (or its legacy form), a
-// comma-separated list with at most one address per family, and the
-// deprecated spec.loadBalancerIP, which must then be one of them. A value
-// that does not parse is an *Error naming the annotation or field and
-// quoting the value. Requested is filled as far as parsing got, so a caller
-// can report the legacy annotation or field even with an error.
+// comma-separated list, the deprecated spec.loadBalancerIP, which must then
+// be one of them, and how many per family (AnnotationAddressCount). MetalLB
+// allows one address per family; several of one family is ironlb's
+// extension, and needs as many of the other family in the list, if any, and
+// AnnotationAddressCount, if set, to agree. A value that does not parse or
+// does not agree is an *Error naming the annotation or field and quoting the
+// value. Requested is filled as far as parsing got, so a caller can report
+// the legacy annotation or field even with an error.
 func RequestedIPs(svc *corev1.Service) (Requested, error) {
 	ann := Get(svc, AnnotationLoadBalancerIPs)
-	r := Requested{Annotation: ann}
+	r := Requested{Annotation: ann, Count: 1}
+	listed := 0 // addresses per family in the annotation
 	if ann.Set && strings.TrimSpace(ann.Value) != "" {
-		ips, err := ParseIPList(ann.Value)
+		ips, per, err := parseIPList(ann.Value, MaxAddressCount)
 		if err != nil {
 			field := "annotation " + ann.Name
 			return r, fieldError(svc, field, ann.Value, netip.Addr{}, "%s %s: %v", field, textlimit.Quote(ann.Value), err)
 		}
-		r.IPs = ips
+		r.IPs, listed, r.Count = ips, per, per
+	}
+	if v, ok := svc.Annotations[AnnotationAddressCount]; ok {
+		n, err := ParseAddressCount(v)
+		field := "annotation " + AnnotationAddressCount
+		if err != nil {
+			return r, fieldError(svc, field, v, netip.Addr{}, "%s %s: %v", field, textlimit.Quote(v), err)
+		}
+		if listed > 0 && n != listed {
+			return r, fieldError(svc, field, v, netip.Addr{}, "%s %s: annotation %s %s lists %d addresses per family",
+				field, textlimit.Quote(v), ann.Name, textlimit.Quote(ann.Value), listed)
+		}
+		r.Count = n
 	}
 	if f := strings.TrimSpace(svc.Spec.LoadBalancerIP); f != "" {
 		ip, err := ParseIP(f)
@@ -224,6 +253,10 @@ func RequestedIPs(svc *corev1.Service) (Requested, error) {
 		}
 		r.Field = true
 		switch {
+		case r.IPs == nil && r.Count > 1:
+			return r, fieldError(svc, FieldLoadBalancerIP, svc.Spec.LoadBalancerIP, ip,
+				"%s %s names one address, annotation %s asks for %d per family: list them in annotation %s",
+				FieldLoadBalancerIP, textlimit.Quote(svc.Spec.LoadBalancerIP), AnnotationAddressCount, r.Count, AnnotationLoadBalancerIPs)
 		case r.IPs == nil:
 			r.IPs = []netip.Addr{ip}
 		case !containsAddr(r.IPs, ip):
@@ -233,6 +266,16 @@ func RequestedIPs(svc *corev1.Service) (Requested, error) {
 		}
 	}
 	return r, nil
+}
+
+// ParseAddressCount parses AnnotationAddressCount: an integer from 1 to
+// MaxAddressCount.
+func ParseAddressCount(v string) (int, error) {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < 1 || n > MaxAddressCount {
+		return 0, fmt.Errorf("want a number of addresses per family from 1 to %d", MaxAddressCount)
+	}
+	return n, nil
 }
 
 // RequestedPool reads the address-pool annotation (or its legacy form):
@@ -270,27 +313,47 @@ func ParseIP(s string) (netip.Addr, error) {
 
 // ParseIPList parses a comma-separated list of requested addresses, spaces
 // around entries allowed: no empty entry, no address twice, at most one
-// address per family.
+// address per family (MetalLB's rule).
 func ParseIPList(v string) ([]netip.Addr, error) {
+	ips, _, err := parseIPList(v, 1)
+	return ips, err
+}
+
+// parseIPList parses a comma-separated list of addresses with at most limit
+// per family, and as many of each family listed. It returns the addresses in
+// the order written and how many there are per family.
+func parseIPList(v string, limit int) ([]netip.Addr, int, error) {
 	var ips []netip.Addr
+	var v4, v6 int
 	for _, part := range strings.Split(v, ",") {
 		part = strings.TrimSpace(part)
 		if part == "" {
-			return nil, fmt.Errorf("empty entry in list")
+			return nil, 0, fmt.Errorf("empty entry in list")
 		}
 		ip, err := ParseIP(part)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		for _, prev := range ips {
 			if prev == ip {
-				return nil, fmt.Errorf("%s is listed twice", ip)
+				return nil, 0, fmt.Errorf("%s is listed twice", ip)
 			}
-			if prev.Is4() == ip.Is4() {
-				return nil, fmt.Errorf("at most one address per family, got %s and %s", prev, ip)
+			if limit == 1 && prev.Is4() == ip.Is4() {
+				return nil, 0, fmt.Errorf("at most one address per family, got %s and %s", prev, ip)
 			}
+		}
+		if ip.Is4() {
+			v4++
+		} else {
+			v6++
+		}
+		if v4 > limit || v6 > limit {
+			return nil, 0, fmt.Errorf("at most %d addresses per family (annotation %s)", limit, AnnotationAddressCount)
 		}
 		ips = append(ips, ip)
 	}
-	return ips, nil
+	if v4 > 0 && v6 > 0 && v4 != v6 {
+		return nil, 0, fmt.Errorf("%d IPv4 and %d IPv6 addresses: list as many of each family", v4, v6)
+	}
+	return ips, max(v4, v6, 1), nil
 }

@@ -165,24 +165,44 @@ func TestRequestedIPs(t *testing.T) {
 		want   []netip.Addr
 		field  bool
 		errHas []string
+		count  int // 0: 1
 	}{
-		{"nothing", svcWith(nil), nil, false, nil},
-		{"blank annotation", svcWith(map[string]string{AnnotationLoadBalancerIPs: " "}), nil, false, nil},
-		{"annotation", svcWith(map[string]string{AnnotationLoadBalancerIPs: " 10.0.0.5 , fd00::5"}), addrs("10.0.0.5", "fd00::5"), false, nil},
-		{"legacy annotation", svcWith(map[string]string{legacy: "fd00::5"}), addrs("fd00::5"), false, nil},
-		{"field", svcWith(nil, lbIP(" 10.0.0.9")), addrs("10.0.0.9"), true, nil},
+		{name: "count", svc: svcWith(map[string]string{AnnotationAddressCount: " 3"}), count: 3},
+		{name: "several per family", svc: svcWith(map[string]string{AnnotationLoadBalancerIPs: "10.0.0.1,fd00::1,10.0.0.2,fd00::2"}),
+			want: addrs("10.0.0.1", "fd00::1", "10.0.0.2", "fd00::2"), count: 2},
+		{name: "several per family with a count that agrees", svc: svcWith(map[string]string{AnnotationLoadBalancerIPs: "10.0.0.1,10.0.0.2", AnnotationAddressCount: "2"}),
+			want: addrs("10.0.0.1", "10.0.0.2"), count: 2},
+		{name: "a count that does not agree", svc: svcWith(map[string]string{AnnotationLoadBalancerIPs: "10.0.0.1,10.0.0.2", AnnotationAddressCount: "3"}),
+			want: addrs("10.0.0.1", "10.0.0.2"), count: 2,
+			errHas: []string{"annotation " + AnnotationAddressCount, `"3"`, "lists 2 addresses per family"}},
+		{name: "uneven families", svc: svcWith(map[string]string{AnnotationLoadBalancerIPs: "10.0.0.1,10.0.0.2,fd00::1"}),
+			errHas: []string{"2 IPv4 and 1 IPv6 addresses"}},
+		{name: "count not a number", svc: svcWith(map[string]string{AnnotationAddressCount: "two"}),
+			errHas: []string{"annotation " + AnnotationAddressCount, `"two"`, "from 1 to 16"}},
+		{name: "count too large", svc: svcWith(map[string]string{AnnotationAddressCount: "17"}), errHas: []string{"from 1 to 16"}},
+		{name: "count zero", svc: svcWith(map[string]string{AnnotationAddressCount: "0"}), errHas: []string{"from 1 to 16"}},
+		{name: "a count with the deprecated field", svc: svcWith(map[string]string{AnnotationAddressCount: "2"}, lbIP("10.0.0.1")), field: true, count: 2,
+			errHas: []string{"spec.loadBalancerIP", "names one address", AnnotationAddressCount}},
+		{"nothing", svcWith(nil), nil, false, nil, 0},
+		{"blank annotation", svcWith(map[string]string{AnnotationLoadBalancerIPs: " "}), nil, false, nil, 0},
+		{"annotation", svcWith(map[string]string{AnnotationLoadBalancerIPs: " 10.0.0.5 , fd00::5"}), addrs("10.0.0.5", "fd00::5"), false, nil, 0},
+		{"legacy annotation", svcWith(map[string]string{legacy: "fd00::5"}), addrs("fd00::5"), false, nil, 0},
+		{"field", svcWith(nil, lbIP(" 10.0.0.9")), addrs("10.0.0.9"), true, nil, 0},
 		{"field among the annotation's", svcWith(map[string]string{AnnotationLoadBalancerIPs: "10.0.0.9,fd00::1"}, lbIP("fd00::1")),
-			addrs("10.0.0.9", "fd00::1"), true, nil},
+			addrs("10.0.0.9", "fd00::1"), true, nil, 0},
 		{"bad annotation", svcWith(map[string]string{legacy: "10.0.0.300"}), nil, false,
-			[]string{"ns1/web", "annotation " + legacy, `"10.0.0.300"`, "not an IP address"}},
-		{"bad field", svcWith(nil, lbIP("x")), nil, false, []string{"spec.loadBalancerIP", `"x"`}},
+			[]string{"ns1/web", "annotation " + legacy, `"10.0.0.300"`, "not an IP address"}, 0},
+		{"bad field", svcWith(nil, lbIP("x")), nil, false, []string{"spec.loadBalancerIP", `"x"`}, 0},
 		{"conflict", svcWith(map[string]string{AnnotationLoadBalancerIPs: "10.0.0.1"}, lbIP("10.0.0.2")), addrs("10.0.0.1"), true,
-			[]string{"spec.loadBalancerIP", `"10.0.0.2"`, "conflicts with annotation " + AnnotationLoadBalancerIPs, `"10.0.0.1"`}},
+			[]string{"spec.loadBalancerIP", `"10.0.0.2"`, "conflicts with annotation " + AnnotationLoadBalancerIPs, `"10.0.0.1"`}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := RequestedIPs(tc.svc)
 			if !reflect.DeepEqual(got.IPs, tc.want) || got.Field != tc.field {
 				t.Fatalf("got %+v, want IPs %v field %v", got, tc.want, tc.field)
+			}
+			if want := max(tc.count, 1); got.Count != want && len(tc.errHas) == 0 {
+				t.Fatalf("count %d, want %d", got.Count, want)
 			}
 			if len(tc.errHas) == 0 {
 				if err != nil {
