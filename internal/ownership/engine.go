@@ -55,13 +55,16 @@ const (
 	// ReasonRebalance: the owner gave the key to a node holding at least two
 	// fewer (Rebalance), a planned move.
 	ReasonRebalance Reason = "rebalance"
+	// ReasonSpread: the owner of two keys of one group gave one to a node
+	// holding none of the group (Spread), a planned move.
+	ReasonSpread Reason = "spread"
 )
 
 // AllReasons lists every Reason, for exporting the counters (each series
 // starts at 0).
 func AllReasons() []Reason {
 	return []Reason{ReasonPlaced, ReasonOwnerDown, ReasonOwnerUnhealthy, ReasonOwnerIneligible,
-		ReasonHoldExpired, ReasonFailback, ReasonLearned, ReasonRebalance}
+		ReasonHoldExpired, ReasonFailback, ReasonLearned, ReasonRebalance, ReasonSpread}
 }
 
 // Change is one key changing owner.
@@ -182,6 +185,10 @@ type Engine struct {
 	owned    map[string]map[string]struct{} // owner -> active keys it claims
 	unplaced map[string]struct{}            // active keys nobody serves or can serve, or awaiting a judgement
 	away     map[string]struct{}            // nodes whose speaker is gone and hold is running
+	// group and groupKeys are the anti-affinity groups (SetGroup): the
+	// address slots of one Service, which go to distinct nodes.
+	group     map[string]string              // active key -> its group
+	groupKeys map[string]map[string]struct{} // group -> its active keys
 
 	ringCache []string // watching nodes by name (Watchers)
 	ringDirty bool
@@ -217,15 +224,17 @@ func New(opts Options) *Engine {
 		opts.Failback = FailbackNever
 	}
 	return &Engine{
-		opts:     opts,
-		keys:     map[string]*NodeSet{},
-		claims:   map[string]Claim{},
-		inactive: map[string]time.Time{},
-		foreign:  map[string]struct{}{},
-		nodes:    map[string]*nodeState{},
-		owned:    map[string]map[string]struct{}{},
-		unplaced: map[string]struct{}{},
-		away:     map[string]struct{}{},
+		opts:      opts,
+		keys:      map[string]*NodeSet{},
+		claims:    map[string]Claim{},
+		inactive:  map[string]time.Time{},
+		foreign:   map[string]struct{}{},
+		nodes:     map[string]*nodeState{},
+		owned:     map[string]map[string]struct{}{},
+		unplaced:  map[string]struct{}{},
+		away:      map[string]struct{}{},
+		group:     map[string]string{},
+		groupKeys: map[string]map[string]struct{}{},
 	}
 }
 
@@ -325,6 +334,55 @@ func (e *Engine) SetKey(key string, eligible *NodeSet) []Change {
 	return e.settle(e.decideKeys([]string{key}))
 }
 
+// SetGroup puts an active key in an anti-affinity group ("" takes it out):
+// placement, failover and Spread keep the keys of one group on distinct
+// nodes as long as enough nodes can take them, so that one Service's
+// addresses are announced by as many nodes. Call it before SetKey, so that
+// the key's first placement already avoids its group. It decides nothing.
+func (e *Engine) SetGroup(key, group string) {
+	old := e.group[key]
+	if old == group {
+		return
+	}
+	if old != "" {
+		delete(e.groupKeys[old], key)
+		if len(e.groupKeys[old]) == 0 {
+			delete(e.groupKeys, old)
+		}
+		delete(e.group, key)
+	}
+	if group == "" {
+		return
+	}
+	e.group[key] = group
+	m := e.groupKeys[group]
+	if m == nil {
+		m = map[string]struct{}{}
+		e.groupKeys[group] = m
+	}
+	m[key] = struct{}{}
+}
+
+// siblings reports whether node owns another active key of key's group.
+func (e *Engine) siblings(node, key string) bool {
+	g := e.group[key]
+	if g == "" {
+		return false
+	}
+	for k := range e.groupKeys[g] {
+		if k == key {
+			continue
+		}
+		if _, active := e.keys[k]; !active {
+			continue
+		}
+		if c, ok := e.claims[k]; ok && c.Owner == node {
+			return true
+		}
+	}
+	return false
+}
+
 // settle appends what a change of the quorum the call caused decides: the
 // owners of active keys count in the membership (members), so keys and
 // claims coming and going can grant or take it.
@@ -343,6 +401,7 @@ func (e *Engine) DeleteKey(key string) []Change {
 	}
 	delete(e.keys, key)
 	delete(e.unplaced, key)
+	e.SetGroup(key, "")
 	if c, ok := e.claims[key]; ok {
 		e.index(key, c.Owner, "")
 		e.inactive[key] = e.now
@@ -722,10 +781,43 @@ func (e *Engine) Rebalance(n int, keep func(key string) bool) []Change {
 		}
 		elig := e.keys[k]
 		to := e.leastLoaded(k, elig)
-		if to == "" || to == self || elig.Score(to) < elig.Score(self) || len(e.owned[to])+2 > len(e.owned[self]) {
+		if to == "" || to == self || elig.Score(to) < elig.Score(self) || len(e.owned[to])+2 > len(e.owned[self]) ||
+			(e.siblings(to, k) && !e.siblings(self, k)) { // never put two keys of a group together
 			continue
 		}
 		out = append(out, e.transition(k, e.claims[k], to, ReasonRebalance))
+	}
+	return e.settle(out)
+}
+
+// Spread moves up to n of the keys this node (Self) owns together with
+// another key of their group (SetGroup) to nodes that can take them and own
+// none of the group: a failure that put two of a Service's addresses on one
+// node, when fewer nodes could take them, is undone by planned moves once
+// enough nodes are back. Like Rebalance, only an owner gives keys away, a
+// key goes only to a node of the same or a higher preference score, never
+// with FailbackImmediate (the hash winner with anti-affinity places them
+// already), and keys for which keep returns true stay. Keys are tried in
+// sorted order; the changes are to be broadcast like any decision.
+func (e *Engine) Spread(n int, keep func(key string) bool) []Change {
+	self := e.opts.Self
+	if n <= 0 || e.opts.Failback == FailbackImmediate || !e.synced || !e.Acting() || !e.placeable(self) {
+		return nil
+	}
+	var out []Change
+	for _, k := range e.Owned(self) {
+		if len(out) >= n {
+			break
+		}
+		if !e.siblings(self, k) || (keep != nil && keep(k)) {
+			continue
+		}
+		elig := e.keys[k]
+		to := e.leastLoaded(k, elig)
+		if to == "" || to == self || e.siblings(to, k) || elig.Score(to) < elig.Score(self) {
+			continue
+		}
+		out = append(out, e.transition(k, e.claims[k], to, ReasonSpread))
 	}
 	return e.settle(out)
 }
@@ -747,26 +839,34 @@ func (e *Engine) judgementWaitEnded(from, to time.Time) bool {
 // winner is the hash winner among the placeable eligible nodes of the
 // highest score, plus extra (the current owner, which may be held rather
 // than placeable); "" if none. Without preferences every score is 0 and this
-// is MetalLB's hash rule.
+// is MetalLB's hash rule. Nodes that own another key of key's group come
+// last (SetGroup).
 func (e *Engine) winner(key string, elig *NodeSet, extra string) string {
-	best := extra
+	best, bestSib := extra, extra != "" && e.siblings(extra, key)
 	e.candidates(elig, func(n string) {
-		if best == "" || better(elig, n, best, key) {
-			best = n
+		sib := e.siblings(n, key)
+		if best == "" || (bestSib && !sib) || (sib == bestSib && better(elig, n, best, key)) {
+			best, bestSib = n, sib
 		}
 	})
 	return best
 }
 
 // leastLoaded is the placeable eligible node of the highest score owning the
-// fewest active keys; ties go to the hash order.
+// fewest active keys; ties go to the hash order. Nodes that own another key
+// of key's group come last (SetGroup).
 func (e *Engine) leastLoaded(key string, elig *NodeSet) string {
-	best, bestScore, bestLoad := "", int64(0), 0
+	best, bestSib, bestScore, bestLoad := "", false, int64(0), 0
 	e.candidates(elig, func(n string) {
-		sc, l := elig.Score(n), len(e.owned[n])
-		if best == "" || sc > bestScore || (sc == bestScore && (l < bestLoad || (l == bestLoad && HashLess(n, best, key)))) {
-			best, bestScore, bestLoad = n, sc, l
+		sib, sc, l := e.siblings(n, key), elig.Score(n), len(e.owned[n])
+		switch {
+		case best == "", bestSib && !sib:
+		case sib != bestSib:
+			return
+		case sc < bestScore, sc == bestScore && (l > bestLoad || (l == bestLoad && !HashLess(n, best, key))):
+			return
 		}
+		best, bestSib, bestScore, bestLoad = n, sib, sc, l
 	})
 	return best
 }
