@@ -91,6 +91,44 @@ func (in Input) Key() string {
 	return slices.MinFunc(in.IPs, netip.Addr.Compare).String()
 }
 
+// Slot is one address slot of a Service: the addresses one node announces
+// (one per family), and the ownership key they follow (their smallest).
+type Slot struct {
+	Key string
+	IPs []netip.Addr
+}
+
+// Slots splits the Service's IPs into its address slots: slot i holds the
+// i-th smallest address of each family. A Service with one address per
+// family (every MetalLB Service) has one slot, whose key is Key(); one that
+// asks for several (service.AnnotationAddressCount) has as many, which the
+// ownership layer keeps on distinct nodes (ownership.Engine.SetGroup, the
+// group being Key()). A family with fewer addresses than the other leaves
+// the last slots single-family.
+func (in Input) Slots() []Slot {
+	var v4, v6 []netip.Addr
+	for _, ip := range in.IPs {
+		if ip.Is4() {
+			v4 = append(v4, ip)
+		} else {
+			v6 = append(v6, ip)
+		}
+	}
+	slices.SortFunc(v4, netip.Addr.Compare)
+	slices.SortFunc(v6, netip.Addr.Compare)
+	out := make([]Slot, max(len(v4), len(v6)))
+	for i := range out {
+		if i < len(v4) {
+			out[i].IPs = append(out[i].IPs, v4[i])
+		}
+		if i < len(v6) {
+			out[i].IPs = append(out[i].IPs, v6[i])
+		}
+		out[i].Key = out[i].IPs[0].String() // IPv4 sorts first: the smallest
+	}
+	return out
+}
+
 // Inputs computes the Input of svc given its EndpointSlices. It is pure and
 // deterministic.
 func Inputs(s Snapshot, svc *corev1.Service, eps []*discoveryv1.EndpointSlice) Input {
