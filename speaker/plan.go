@@ -215,7 +215,9 @@ type StatusPlan struct {
 // has not yet seen their deletion, and keeping a deleted object while
 // deleting the confirmed one re-creates a record on every reconcile. A
 // non-owner deletes only objects labelled with its own node, never another
-// node's.
+// node's. A Service with several address slots (Input.Slots) has one
+// announcer per slot, each with its object: cleans must then also be true for
+// the nodes that announce another slot of it, which keep their own.
 func PlanStatus(existing []*v1beta1.ServiceL2Status, self string, announce bool, confirmed string, cleans func(node string) bool) StatusPlan {
 	sorted := slices.Clone(existing)
 	slices.SortFunc(sorted, func(a, b *v1beta1.ServiceL2Status) int {

@@ -222,6 +222,14 @@ func TestPlanStatus(t *testing.T) {
 	if p.Keep != mineNew || !reflect.DeepEqual(names(p.Delete), []string{"l2-other"}) {
 		t.Errorf("new owner, old owner gone: keep %v delete %v; want the old owner's deleted", p.Keep, names(p.Delete))
 	}
+	// Several address slots: another slot's announcer keeps its object
+	// (the caller's cleans says it announces one).
+	w3 := st("l2-w3", "w3", time.Hour)
+	slot := func(n string) bool { return n == "w3" }
+	p = PlanStatus([]*v1beta1.ServiceL2Status{other, w3, mineNew}, "w1", true, "", slot)
+	if p.Keep != mineNew || !reflect.DeepEqual(names(p.Delete), []string{"l2-other"}) {
+		t.Errorf("slots: keep %v delete %v; want w3's kept (it announces another slot), the gone w2's deleted", p.Keep, names(p.Delete))
+	}
 	// A non-owner deletes its own objects, the confirmed one too.
 	p = PlanStatus([]*v1beta1.ServiceL2Status{fresh, other}, "w1", false, "l2-fresh", nil)
 	if p.Keep != nil || !reflect.DeepEqual(names(p.Delete), []string{"l2-fresh"}) {
