@@ -42,6 +42,40 @@ type svcEntry struct {
 	in       Input
 	eligible *ownership.NodeSet
 	ref      *corev1.Service // identity only, for events
+	// slots are in.Slots(): one ownership key each, announced by its
+	// owner. One slot (every MetalLB Service) is keyed by in.Key().
+	slots []Slot
+}
+
+// slotKeys returns the ownership keys of the entry's slots (none for nil).
+func (e *svcEntry) slotKeys() []string {
+	if e == nil {
+		return nil
+	}
+	out := make([]string, 0, len(e.slots))
+	for _, s := range e.slots {
+		out = append(out, s.Key)
+	}
+	return out
+}
+
+// slot returns the entry's slot keyed key.
+func (e *svcEntry) slot(key string) (Slot, bool) {
+	for _, s := range e.slots {
+		if s.Key == key {
+			return s, true
+		}
+	}
+	return Slot{}, false
+}
+
+// group is the anti-affinity group of the entry's slots (ownership.Engine.
+// SetGroup): the Service's key when it has several, none otherwise.
+func (e *svcEntry) group() string {
+	if e == nil || len(e.slots) < 2 {
+		return ""
+	}
+	return e.in.Key()
 }
 
 // announced is what this node gave the announcer for one Service.
@@ -78,10 +112,12 @@ type owners struct {
 	broadcast func([]ownership.Claim)
 	recorder  recorder.EventRecorder
 
-	mu          sync.Mutex
-	eng         *ownership.Engine
-	sets        *ownership.Interner
-	services    map[string]*svcEntry
+	mu       sync.Mutex
+	eng      *ownership.Engine
+	sets     *ownership.Interner
+	services map[string]*svcEntry
+	// byKey maps each ownership key (a Service's address slot, shared by
+	// the Services sharing its IPs) to the Services using it.
 	byKey       map[string]map[string]struct{}
 	announced   map[string]announced
 	proxies     map[string]proxied
@@ -113,6 +149,9 @@ type owners struct {
 	// rebalanceUntil the end of the burst it asked for.
 	rebalanceAsked string
 	rebalanceUntil time.Time
+	// lastSpread is when this node last tried to give away one of a
+	// Service's slots it holds with another (spreadEvery).
+	lastSpread time.Time
 	// handovers are the keys this node gave to another node, until when it
 	// still answers for their IPs (handoverLinger): the announcer ends each
 	// IP's hand-over earlier once the new owner announces it.
@@ -187,10 +226,7 @@ func (o *owners) do(fn func(sc *scope) []ownership.Change) {
 // SetService records a Service's input (nil ref: deleted).
 func (o *owners) SetService(svc string, in Input, ref *corev1.Service) {
 	o.do(func(sc *scope) []ownership.Change {
-		var oldKey string
-		if old := o.services[svc]; old != nil {
-			oldKey = old.in.Key()
-		}
+		oldKeys := o.services[svc].slotKeys()
 		if ref != nil && in.Reason == ReasonNotLoadBalancer {
 			// Most Services of a cluster are not LoadBalancers: keep
 			// nothing for them (one that changes type is dropped here).
@@ -202,32 +238,47 @@ func (o *owners) SetService(svc string, in Input, ref *corev1.Service) {
 			e := &svcEntry{in: in, eligible: o.sets.Intern(in.Eligible, in.Scores),
 				// Only what an event's reference needs.
 				ref: &corev1.Service{ObjectMeta: metav1.ObjectMeta{
-					Namespace: ref.Namespace, Name: ref.Name, UID: ref.UID, ResourceVersion: ref.ResourceVersion}}}
+					Namespace: ref.Namespace, Name: ref.Name, UID: ref.UID, ResourceVersion: ref.ResourceVersion}},
+				slots: in.Slots()}
 			e.in.Eligible, e.in.Scores = nil, nil
 			o.services[svc] = e
 		}
-		newKey := ""
-		if ref != nil {
-			newKey = in.Key()
-		}
+		newKeys := o.services[svc].slotKeys()
 		var changes []ownership.Change
-		if oldKey != "" && oldKey != newKey {
-			delete(o.byKey[oldKey], svc)
-			if len(o.byKey[oldKey]) == 0 {
-				delete(o.byKey, oldKey)
+		for _, k := range oldKeys {
+			if slices.Contains(newKeys, k) {
+				continue
 			}
-			changes = append(changes, o.updateKeyLocked(sc, oldKey)...)
+			delete(o.byKey[k], svc)
+			if len(o.byKey[k]) == 0 {
+				delete(o.byKey, k)
+			}
+			changes = append(changes, o.updateKeyLocked(sc, k)...)
 		}
-		if newKey != "" {
-			if o.byKey[newKey] == nil {
-				o.byKey[newKey] = map[string]struct{}{}
+		// In slot order: each slot's first placement sees where the
+		// slots before it went, and avoids their nodes.
+		for _, k := range newKeys {
+			if o.byKey[k] == nil {
+				o.byKey[k] = map[string]struct{}{}
 			}
-			o.byKey[newKey][svc] = struct{}{}
-			changes = append(changes, o.updateKeyLocked(sc, newKey)...)
+			o.byKey[k][svc] = struct{}{}
+			changes = append(changes, o.updateKeyLocked(sc, k)...)
 		}
 		o.refreshServiceLocked(sc, svc)
 		return changes
 	})
+}
+
+// groupLocked is key's anti-affinity group: that of the Services using it
+// with several slots (the smallest, should Services sharing an IP differ).
+func (o *owners) groupLocked(key string) string {
+	g := ""
+	for svc := range o.byKey[key] {
+		if sg := o.services[svc].group(); sg != "" && (g == "" || sg < g) {
+			g = sg
+		}
+	}
+	return g
 }
 
 // updateKeyLocked gives the engine a key's eligible nodes: the nodes every
@@ -248,6 +299,10 @@ func (o *owners) updateKeyLocked(sc *scope, key string) []ownership.Change {
 			elig = o.sets.Intersect(elig, e.eligible)
 		}
 	}
+	// The group is set first: the key's placement by SetKey avoids the
+	// nodes of its siblings. A key no Service uses leaves its group (the
+	// engine's groups stay bounded by the keys in use).
+	o.eng.SetGroup(key, o.groupLocked(key))
 	if elig == nil {
 		changes := o.eng.DeleteKey(key)
 		o.refreshKeyLocked(sc, key)
@@ -389,7 +444,15 @@ var handedOver = map[ownership.Reason]bool{
 	ownership.ReasonOwnerIneligible: true,
 	ownership.ReasonFailback:        true,
 	ownership.ReasonRebalance:       true,
+	ownership.ReasonSpread:          true,
 }
+
+// spreadEvery paces Spread: a node holding two slots of one Service (fewer
+// nodes could take them when they were placed) gives one away at most this
+// often, as a planned move, once another node can take it. Always on: two
+// of a Service's addresses on one node are the failure it was spread to
+// avoid.
+const spreadEvery = time.Second
 
 // handoverName is the announcer entry of a key's hand-over.
 func handoverName(key string) string { return "handover/" + key }
@@ -415,13 +478,15 @@ func (o *owners) announcedInterfacesLocked(key string) ([]string, bool) {
 	return slices.Compact(ifaces), announces
 }
 
-// keyIPsLocked returns the IPs of key's Services that are to be announced
-// (no Reason not to), sorted and without duplicates.
+// keyIPsLocked returns the IPs of key's slot of its Services that are to be
+// announced (no Reason not to), sorted and without duplicates.
 func (o *owners) keyIPsLocked(key string) []netip.Addr {
 	var ips []netip.Addr
 	for svc := range o.byKey[key] {
 		if e := o.services[svc]; e != nil && e.in.Reason == "" {
-			ips = append(ips, e.in.IPs...)
+			if s, ok := e.slot(key); ok {
+				ips = append(ips, s.IPs...)
+			}
 		}
 	}
 	slices.SortFunc(ips, netip.Addr.Compare)
@@ -532,13 +597,22 @@ func (o *owners) refreshKeyLocked(sc *scope, key string) {
 func (o *owners) refreshServiceLocked(sc *scope, svc string) {
 	e := o.services[svc]
 	prev, had := o.announced[svc]
-	want := false
+	var ips []netip.Addr
 	var owner string
+	assigned := false
 	if e != nil && e.in.Reason == "" && e.in.Self && o.eng.Synced() {
-		var serving bool
-		owner, serving = o.eng.Owner(e.in.Key())
-		want = serving && owner == o.self
+		for _, s := range e.slots {
+			if ow, serving := o.eng.Owner(s.Key); serving && ow == o.self {
+				ips = append(ips, s.IPs...)
+				assigned = assigned || sc.assigned[s.Key]
+			} else if owner == "" {
+				owner = ow
+			}
+		}
+		// As the Service lists them: one slot gives back in.IPs itself.
+		ips = filterIPs(e.in.IPs, ips)
 	}
+	want := len(ips) > 0
 	o.logUnannouncedLocked(svc, e)
 	if !want {
 		if had {
@@ -558,7 +632,7 @@ func (o *owners) refreshServiceLocked(sc *scope, svc string) {
 		o.status(svc)
 		return
 	}
-	next := announced{ips: e.in.IPs}
+	next := announced{ips: ips}
 	if !e.in.AllInterfaces {
 		next.interfaces = e.in.Interfaces
 	}
@@ -570,18 +644,51 @@ func (o *owners) refreshServiceLocked(sc *scope, svc string) {
 	o.setAnnouncedMetric(svc, prev.ips, next.ips)
 	o.log.V(1).Info("serviceAnnounced", "service", svc, "ips", next.ips, "pool", e.in.Pool, "interfaces", next.interfaces)
 	o.status(svc)
-	if had || (!o.started && !sc.assigned[e.in.Key()]) {
+	// New here: the Service (one slot), or some of its slots' IPs.
+	added := next.ips
+	if had && len(e.slots) < 2 {
+		added = nil
+	} else if had {
+		added = slices.DeleteFunc(slices.Clone(next.ips), func(ip netip.Addr) bool { return slices.Contains(prev.ips, ip) })
+	}
+	if len(added) == 0 || (!o.started && !assigned) {
 		// A restarted speaker resuming the IPs it owned assigns nothing;
 		// a transition to this node, or any new announcement once
-		// started, does.
+		// started, does: for a Service with several slots, each slot
+		// this node takes (the event names its IPs).
 		return
 	}
 	ref := e.ref
-	sc.events = append(sc.events, func() {
-		o.recorder.Eventf(ref, nil, corev1.EventTypeNormal, EventNodeAssigned, "Announce",
-			"announcing from node %q with protocol %q", o.self, Protocol)
-	})
-	sc.checks = append(sc.checks, announceCheck{svc: svc, ref: ref, announced: next})
+	if len(e.slots) < 2 {
+		sc.events = append(sc.events, func() {
+			o.recorder.Eventf(ref, nil, corev1.EventTypeNormal, EventNodeAssigned, "Announce",
+				"announcing from node %q with protocol %q", o.self, Protocol)
+		})
+	} else {
+		sc.events = append(sc.events, func() {
+			o.recorder.Eventf(ref, nil, corev1.EventTypeNormal, EventNodeAssigned, "Announce",
+				"announcing %s from node %q with protocol %q", joinIPs(added), o.self, Protocol)
+		})
+	}
+	sc.checks = append(sc.checks, announceCheck{svc: svc, ref: ref, announced: announced{ips: added, interfaces: next.interfaces}})
+}
+
+// filterIPs returns the IPs of all that are in some, in all's order (all
+// itself when every one is).
+func filterIPs(all, some []netip.Addr) []netip.Addr {
+	if len(some) == len(all) {
+		return all
+	}
+	return slices.DeleteFunc(slices.Clone(all), func(ip netip.Addr) bool { return !slices.Contains(some, ip) })
+}
+
+// joinIPs is ips for a message: "10.0.0.1, fd00::1".
+func joinIPs(ips []netip.Addr) string {
+	s := make([]string, 0, len(ips))
+	for _, ip := range ips {
+		s = append(s, ip.String())
+	}
+	return strings.Join(s, ", ")
 }
 
 // announceCheck is a Service newly announced from this node.
@@ -651,10 +758,11 @@ func (o *owners) logUnannouncedLocked(svc string, e *svcEntry) {
 	reason := ""
 	if e != nil {
 		reason = e.in.Reason
-		if reason == "" && o.eng.Synced() {
-			if owner, serving := o.eng.Owner(e.in.Key()); owner == "" || !serving {
-				reason = election.ReasonNoCandidates
-			}
+		if reason == "" && o.eng.Synced() && !slices.ContainsFunc(e.slots, func(s Slot) bool {
+			owner, serving := o.eng.Owner(s.Key)
+			return owner != "" && serving
+		}) {
+			reason = election.ReasonNoCandidates
 		}
 	}
 	if !notAnnouncedReasons[reason] {
@@ -780,15 +888,32 @@ func (o *owners) Vote(v ownership.Vote, iface string, mac net.HardwareAddr) owne
 	return res
 }
 
-// CleansOwnStatus reports whether node will delete its own ServiceL2Status
-// records when it stops announcing: its speaker is a live member and its
-// data path is not down (a node whose kernel went silent is dead or cut
-// off, whatever memberlist has not yet noticed).
-func (o *owners) CleansOwnStatus(node string) bool {
+// KeepsStatus returns, for PlanStatus, whether a node's ServiceL2Status
+// record of svc is left to that node: it will delete it itself when it
+// stops announcing (its speaker is a live member and its data path is not
+// down: a node whose kernel went silent is dead or cut off, whatever
+// memberlist has not yet noticed), or it owns another slot of svc and
+// announces it.
+func (o *owners) KeepsStatus(svc string) func(node string) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	sp, path := o.eng.Speaker(node)
-	return sp != ownership.SpeakerGone && path != ownership.PathDown
+	var slotOwners []string
+	if e := o.services[svc]; e != nil && len(e.slots) > 1 {
+		for _, s := range e.slots {
+			if ow, serving := o.eng.Owner(s.Key); serving && ow != o.self {
+				slotOwners = append(slotOwners, ow)
+			}
+		}
+	}
+	return func(node string) bool {
+		if slices.Contains(slotOwners, node) {
+			return true
+		}
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		sp, path := o.eng.Speaker(node)
+		return sp != ownership.SpeakerGone && path != ownership.PathDown
+	}
 }
 
 // ProbeTarget returns an IP and TCP port of a Service that node owns, to try
@@ -862,6 +987,10 @@ func (o *owners) Tick(now time.Time) {
 		if every > 0 && now.Sub(o.lastRebalance) >= every {
 			o.lastRebalance = now
 			changes = append(changes, o.eng.Rebalance(1, o.drainingLocked)...)
+		}
+		if now.Sub(o.lastSpread) >= spreadEvery {
+			o.lastSpread = now
+			changes = append(changes, o.eng.Spread(1, o.drainingLocked)...)
 		}
 		if len(changes) > 0 {
 			o.proxyDirty = true
@@ -985,15 +1114,46 @@ func (o *owners) MergeVotes(votes []ownership.Vote) map[ownership.VoteResult]int
 	return out
 }
 
+// Seed is what one ServiceL2Status record shows: the node announcing a
+// Service and, when the record says (v1beta1.ServiceL2StatusIPsAnnotation),
+// which of its IPs.
+type Seed struct {
+	Node string
+	IPs  []netip.Addr
+}
+
+// seedClaims turns a Service's records into epoch-0 claims of its slots: a
+// slot goes to the record listing its key; a Service with one slot goes to
+// its first record also when the record lists no IPs (MetalLB's, or one
+// written before the annotation).
+func seedClaims(slots []Slot, seeds []Seed) []ownership.Claim {
+	var out []ownership.Claim
+	for _, s := range slots {
+		key, _ := netip.ParseAddr(s.Key)
+		i := slices.IndexFunc(seeds, func(sd Seed) bool { return slices.Contains(sd.IPs, key) })
+		if i < 0 && len(slots) == 1 && len(seeds) > 0 {
+			i = 0
+		}
+		if i >= 0 {
+			out = append(out, ownership.Claim{Key: s.Key, Owner: seeds[i].Node})
+		}
+	}
+	return out
+}
+
 // Sync starts deciding. seeds are the owners ServiceL2Status records show,
-// by Service; they become epoch-0 claims, so any claim learned from a peer
-// wins over them.
-func (o *owners) Sync(now time.Time, seeds map[string]string) {
+// by Service (seedClaims); they become epoch-0 claims, so any claim learned
+// from a peer wins over them.
+func (o *owners) Sync(now time.Time, seeds map[string][]Seed) {
+	seeded := map[string]string{} // key -> owner its record names
 	o.do(func(sc *scope) []ownership.Change {
 		var claims []ownership.Claim
-		for svc, node := range seeds {
-			if e := o.services[svc]; e != nil && e.in.Key() != "" {
-				claims = append(claims, ownership.Claim{Key: e.in.Key(), Owner: node})
+		for svc, sds := range seeds {
+			if e := o.services[svc]; e != nil {
+				for _, c := range seedClaims(e.slots, sds) {
+					claims = append(claims, c)
+					seeded[c.Key] = c.Owner
+				}
 			}
 		}
 		changes := o.eng.Merge(claims)
@@ -1005,9 +1165,11 @@ func (o *owners) Sync(now time.Time, seeds map[string]string) {
 	// placed here before this speaker synced (learned, not a transition of
 	// its own) is a new assignment all the same: its event is due.
 	o.do(func(sc *scope) []ownership.Change {
-		for svc, e := range o.services {
-			if c, ok := o.eng.Claim(e.in.Key()); ok && c.Owner == o.self && seeds[svc] != o.self {
-				sc.assigned[e.in.Key()] = true
+		for _, e := range o.services {
+			for _, k := range e.slotKeys() {
+				if c, ok := o.eng.Claim(k); ok && c.Owner == o.self && seeded[k] != o.self {
+					sc.assigned[k] = true
+				}
 			}
 		}
 		for svc := range o.services {
@@ -1049,7 +1211,7 @@ func (o *owners) Want(svc string) Want {
 	if !ok {
 		return Want{}
 	}
-	return Want{Announce: true, AllInterfaces: a.interfaces == nil, Interfaces: a.interfaces}
+	return Want{Announce: true, AllInterfaces: a.interfaces == nil, Interfaces: a.interfaces, IPs: a.ips}
 }
 
 // AnnouncingIP returns the Services this node announces that use ip.

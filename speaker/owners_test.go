@@ -523,11 +523,11 @@ func TestStartupAssignmentLearnedFromPeer(t *testing.T) {
 	const ip = "172.18.255.230"
 	for _, c := range []struct {
 		name  string
-		seeds map[string]string
+		seeds map[string][]Seed
 		want  int
 	}{
 		{"fresh placement by a peer", nil, 1},
-		{"restart: ServiceL2Status names this node", map[string]string{"ns1/web": "a"}, 0},
+		{"restart: ServiceL2Status names this node", map[string][]Seed{"ns1/web": {{Node: "a"}}}, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			rec := &countingRecorder{}
@@ -666,7 +666,7 @@ func TestStatusWaitsForOwnershipSync(t *testing.T) {
 	if items := statuses(t, c); len(items) != 1 || res.RequeueAfter <= 0 {
 		t.Fatalf("before ownership synced: records %s, requeue after %v; want the record kept and a requeue", describeStatuses(items), res.RequeueAfter)
 	}
-	o.Sync(time.Now(), map[string]string{key: "w1"})
+	o.Sync(time.Now(), map[string][]Seed{key: {{Node: "w1"}}})
 	if _, err := w.Reconcile(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
@@ -708,7 +708,7 @@ func TestGoneMemberStatusResynced(t *testing.T) {
 	if !slices.Contains(queued, "ns1/web") {
 		t.Fatalf("b gone: status queued for %v, want ns1/web (owned by a)", queued)
 	}
-	if o.CleansOwnStatus("b") {
+	if o.KeepsStatus("ns1/web")("b") {
 		t.Error("a gone member cleans its own status records")
 	}
 }

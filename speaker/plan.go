@@ -3,6 +3,7 @@ package speaker
 import (
 	"net/netip"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -259,6 +260,30 @@ type Want struct {
 	// AllInterfaces, or else Interfaces: where it answers.
 	AllInterfaces bool
 	Interfaces    []string
+	// IPs are the Service's IPs it answers for: all of them, or those of
+	// the address slots it owns.
+	IPs []netip.Addr
+}
+
+// StatusIPs is the value of v1beta1.ServiceL2StatusIPsAnnotation.
+func StatusIPs(w Want) string {
+	s := make([]string, 0, len(w.IPs))
+	for _, ip := range w.IPs {
+		s = append(s, ip.String())
+	}
+	return strings.Join(s, ",")
+}
+
+// ParseStatusIPs reads v1beta1.ServiceL2StatusIPsAnnotation; what does not
+// parse is left out (a record written by hand or by another tool).
+func ParseStatusIPs(v string) []netip.Addr {
+	var out []netip.Addr
+	for f := range strings.SplitSeq(v, ",") {
+		if ip, err := netip.ParseAddr(strings.TrimSpace(f)); err == nil {
+			out = append(out, ip)
+		}
+	}
+	return out
 }
 
 // StatusInterfaces is the interfaces field of ServiceL2Status: filled only

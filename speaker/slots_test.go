@@ -4,6 +4,11 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/ironlb/ironlb/internal/ownership"
 )
 
 func TestSlots(t *testing.T) {
@@ -44,6 +49,110 @@ func TestSlots(t *testing.T) {
 			}
 			if len(got) > 0 && got[0].Key != in.Key() {
 				t.Fatalf("first slot's key %s, want the Service's key %s", got[0].Key, in.Key())
+			}
+		})
+	}
+}
+
+// TestServiceSlots: a Service with three addresses per family has three
+// ownership keys, placed on three distinct nodes of four; each node
+// announces only its slot's addresses (one per family), the status writer
+// keeps the other slots' announcers' records, and when one announcer's
+// speaker is gone only its slot moves, to the fourth node.
+func TestServiceSlots(t *testing.T) {
+	ips := []string{"10.0.0.1", "10.0.0.2", "10.0.0.3", "fd00::1", "fd00::2", "fd00::3"}
+	in := Input{Pool: "p1", Eligible: []string{"w1", "w2", "w3", "w4"}, Self: true, AllInterfaces: true}
+	for _, s := range ips {
+		in.IPs = append(in.IPs, netip.MustParseAddr(s))
+	}
+	slots := in.Slots()
+	o, ann := testOwners(t, "w1", logr.Discard(), "w1", "w2", "w3", "w4")
+	o.SetService("ns1/web", in, lbService(ips...))
+
+	owners := func() []string {
+		var out []string
+		for _, s := range slots {
+			ow, serving := o.eng.Owner(s.Key)
+			if !serving {
+				t.Fatalf("slot %s not served", s.Key)
+			}
+			out = append(out, ow)
+		}
+		return out
+	}
+	before := owners()
+	if c := slices.Compact(slices.Sorted(slices.Values(before))); len(c) != 3 {
+		t.Fatalf("slot owners %v, want three distinct nodes", before)
+	}
+	var mine []netip.Addr
+	for i, s := range slots {
+		if before[i] == "w1" {
+			mine = append(mine, s.IPs...)
+		}
+	}
+	got := ann.balancers["ns1/web"]
+	slices.SortFunc(got, netip.Addr.Compare)
+	slices.SortFunc(mine, netip.Addr.Compare)
+	if !slices.Equal(got, mine) {
+		t.Fatalf("w1 announces %v, want its slots' %v (owners %v)", got, mine, before)
+	}
+	if w := o.Want("ns1/web"); w.Announce != (len(mine) > 0) || len(w.IPs) != len(mine) {
+		t.Fatalf("Want = %+v, want the IPs %v", w, mine)
+	}
+	keeps := o.KeepsStatus("ns1/web")
+	for _, n := range before {
+		if n != "w1" && !keeps(n) {
+			t.Errorf("the record of %s, announcer of another slot, is not kept", n)
+		}
+	}
+
+	// The victim: a slot owner other than w1 (which decides here).
+	victim := before[0]
+	if victim == "w1" {
+		victim = before[1]
+	}
+	var free string
+	for _, n := range []string{"w1", "w2", "w3", "w4"} {
+		if !slices.Contains(before, n) {
+			free = n
+		}
+	}
+	now := time.Now()
+	o.SetSpeaker(victim, ownership.SpeakerGone, now)
+	o.Tick(now.Add(31 * time.Second)) // the hold (30 s) expires: its IPs move
+	after := owners()
+	for i, s := range slots {
+		switch {
+		case before[i] == victim && after[i] != free:
+			t.Errorf("slot %s moved from %s to %s, want %s (the node holding none of the Service)", s.Key, victim, after[i], free)
+		case before[i] != victim && after[i] != before[i]:
+			t.Errorf("slot %s moved from %s to %s although its owner is alive", s.Key, before[i], after[i])
+		}
+	}
+}
+
+func TestSeedClaims(t *testing.T) {
+	a := netip.MustParseAddr
+	three := Input{IPs: []netip.Addr{a("10.0.0.1"), a("10.0.0.2"), a("10.0.0.3")}}.Slots()
+	one := Input{IPs: []netip.Addr{a("10.0.0.1"), a("fd00::1")}}.Slots()
+	for _, c := range []struct {
+		name  string
+		slots []Slot
+		seeds []Seed
+		want  []ownership.Claim
+	}{
+		{"one slot, MetalLB's record (no IPs)", one, []Seed{{Node: "w2"}}, []ownership.Claim{{Key: "10.0.0.1", Owner: "w2"}}},
+		{"one slot, records of two nodes: the first (oldest)", one, []Seed{{Node: "w2"}, {Node: "w3"}},
+			[]ownership.Claim{{Key: "10.0.0.1", Owner: "w2"}}},
+		{"three slots, each record naming its IPs", three,
+			[]Seed{{Node: "w3", IPs: []netip.Addr{a("10.0.0.3")}}, {Node: "w1", IPs: []netip.Addr{a("10.0.0.1"), a("10.0.0.2")}}},
+			[]ownership.Claim{{Key: "10.0.0.1", Owner: "w1"}, {Key: "10.0.0.2", Owner: "w1"}, {Key: "10.0.0.3", Owner: "w3"}}},
+		{"three slots, a record without IPs resumes nothing", three, []Seed{{Node: "w2"}}, nil},
+		{"no record", three, nil, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := seedClaims(c.slots, c.seeds); !slices.Equal(got, c.want) {
+				t.Fatalf("seedClaims = %v, want %v", got, c.want)
 			}
 		})
 	}

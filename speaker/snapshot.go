@@ -47,6 +47,16 @@ type serviceView struct {
 	epoch      uint64
 	serving    bool
 	announcing bool
+	// slots: each address slot's claim, when the Service has several.
+	slots []slotView
+}
+
+// slotView is this replica's claim of one address slot.
+type slotView struct {
+	slot                Slot
+	owner               string
+	epoch               uint64
+	serving, announcing bool
 }
 
 // ownersView is the part of a snapshot the ownership layer holds.
@@ -76,13 +86,22 @@ func (o *owners) view(f statusview.Filter) ownersView {
 			continue
 		}
 		sv := serviceView{name: name, in: e.in, eligible: e.eligible}
-		if k := e.in.Key(); k != "" {
-			if c, ok := o.eng.Claim(k); ok {
-				sv.owner, sv.epoch = c.Owner, c.Epoch
+		a, announcing := o.announced[name]
+		sv.announcing = announcing
+		for _, s := range e.slots {
+			slv := slotView{slot: s, announcing: announcing && slices.Contains(a.ips, s.IPs[0])}
+			if c, ok := o.eng.Claim(s.Key); ok {
+				slv.owner, slv.epoch = c.Owner, c.Epoch
 			}
-			_, sv.serving = o.eng.Owner(k)
+			_, slv.serving = o.eng.Owner(s.Key)
+			sv.slots = append(sv.slots, slv)
 		}
-		_, sv.announcing = o.announced[name]
+		if len(sv.slots) > 0 {
+			sv.owner, sv.epoch, sv.serving = sv.slots[0].owner, sv.slots[0].epoch, sv.slots[0].serving
+		}
+		if len(sv.slots) < 2 {
+			sv.slots = nil
+		}
 		v.services = append(v.services, sv)
 	}
 	for _, n := range o.eng.Nodes() {
@@ -161,7 +180,9 @@ func (s *statusSource) Snapshot(ctx context.Context, f statusview.Filter) status
 	keys := map[string]bool{}
 	for _, sv := range v.services {
 		names = append(names, sv.name)
-		keys[sv.in.Key()] = true
+		for _, s := range sv.in.Slots() {
+			keys[s.Key] = true
+		}
 	}
 	var excl map[string]map[string]string
 	if s.exclusions != nil {
@@ -205,10 +226,7 @@ func (s *statusSource) surveySegment(ctx context.Context, snap *statusview.Snaps
 	}
 	var targets []target
 	for i, sv := range snap.Services {
-		if !sv.Announcing {
-			continue
-		}
-		for _, ip := range sv.IPs {
+		for _, ip := range sv.AnnouncedIPs() {
 			if a, err := netip.ParseAddr(ip); err == nil {
 				targets = append(targets, target{i, a})
 			}
@@ -254,12 +272,17 @@ func (s *statusSource) service(sv serviceView, have []string, excluded map[strin
 		out.IPs = append(out.IPs, ip.String())
 	}
 	if in.Reason == "" {
-		// Election order: the highest preference score first
-		// (preferredNodeSelectors), then the key's hash order, as the
-		// ownership engine places a failed owner's IP.
-		elig := sv.eligible
-		out.Candidates = election.Rank(in.Key(), elig.Names())
-		slices.SortStableFunc(out.Candidates, func(a, b string) int { return cmp.Compare(elig.Score(b), elig.Score(a)) })
+		out.Candidates = candidates(in.Key(), sv.eligible)
+	}
+	for _, s := range sv.slots {
+		sl := statusview.Slot{Owner: s.owner, Epoch: s.epoch, Serving: s.serving, Announcing: s.announcing}
+		for _, ip := range s.slot.IPs {
+			sl.IPs = append(sl.IPs, ip.String())
+		}
+		if in.Reason == "" {
+			sl.Candidates = candidates(s.slot.Key, sv.eligible)
+		}
+		out.Slots = append(out.Slots, sl)
 	}
 	if in.Self {
 		out.AllInterfaces, out.Interfaces = in.AllInterfaces, in.Interfaces
@@ -271,6 +294,15 @@ func (s *statusSource) service(sv serviceView, have []string, excluded map[strin
 	if c, ok := s.conflicts.get(sv.name); ok {
 		out.Conflict = &statusview.Conflict{IP: c.IP.String(), MAC: c.MAC.String(), Interface: c.Interface, Last: c.last.UTC()}
 	}
+	return out
+}
+
+// candidates is the election order of key's eligible nodes: the highest
+// preference score first (preferredNodeSelectors), then the key's hash
+// order, as the ownership engine places a failed owner's IP.
+func candidates(key string, elig *ownership.NodeSet) []string {
+	out := election.Rank(key, elig.Names())
+	slices.SortStableFunc(out, func(a, b string) int { return cmp.Compare(elig.Score(b), elig.Score(a)) })
 	return out
 }
 

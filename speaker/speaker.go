@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -343,12 +344,18 @@ func startOwnership(ctx context.Context, log logr.Logger, mgr ctrl.Manager, own 
 			}
 		}
 	}
-	seeds := map[string]string{}
+	seeds := map[string][]Seed{}
 	var sts v1beta1.ServiceL2StatusList
 	if err := c.List(ctx, &sts); err == nil {
+		// Oldest first: a Service with one slot resumes on the node of
+		// its oldest record (seedClaims), the one PlanStatus keeps.
+		slices.SortFunc(sts.Items, func(a, b v1beta1.ServiceL2Status) int {
+			return a.CreationTimestamp.Compare(b.CreationTimestamp.Time)
+		})
 		for _, st := range sts.Items {
 			if st.Status.Node != "" && st.Status.ServiceName != "" {
-				seeds[st.Status.ServiceNamespace+"/"+st.Status.ServiceName] = st.Status.Node
+				svc := st.Status.ServiceNamespace + "/" + st.Status.ServiceName
+				seeds[svc] = append(seeds[svc], Seed{Node: st.Status.Node, IPs: ParseStatusIPs(st.Annotations[v1beta1.ServiceL2StatusIPsAnnotation])})
 			}
 		}
 	}

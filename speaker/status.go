@@ -133,7 +133,7 @@ func (w *statusWriter) syncStatus(ctx context.Context, key types.NamespacedName,
 		}
 	}
 
-	plan := PlanStatus(existing, w.opts.NodeName, want.Announce, createdName, w.own.CleansOwnStatus)
+	plan := PlanStatus(existing, w.opts.NodeName, want.Announce, createdName, w.own.KeepsStatus(key.String()))
 	if svc == nil {
 		gone, err := w.serviceGone(ctx, key, existing)
 		if err != nil {
@@ -165,6 +165,7 @@ func (w *statusWriter) syncStatus(ctx context.Context, key types.NamespacedName,
 		ServiceNamespace: key.Namespace,
 		Interfaces:       StatusInterfaces(want),
 	}
+	ips := StatusIPs(want)
 	st := plan.Keep
 	if st == nil {
 		owner, err := w.ownerRef(ctx)
@@ -174,6 +175,7 @@ func (w *statusWriter) syncStatus(ctx context.Context, key types.NamespacedName,
 		st = &v1beta1.ServiceL2Status{ObjectMeta: metav1.ObjectMeta{
 			GenerateName: "l2-",
 			Namespace:    w.opts.Namespace,
+			Annotations:  map[string]string{v1beta1.ServiceL2StatusIPsAnnotation: ips},
 			Labels: map[string]string{
 				v1beta1.ServiceL2StatusNodeLabel:             w.opts.NodeName,
 				v1beta1.ServiceL2StatusServiceNameLabel:      key.Name,
@@ -191,6 +193,17 @@ func (w *statusWriter) syncStatus(ctx context.Context, key types.NamespacedName,
 		w.mu.Unlock()
 	} else {
 		st = st.DeepCopy()
+		if st.Annotations[v1beta1.ServiceL2StatusIPsAnnotation] != ips {
+			// A slot moved here or away, or the Service's IPs changed.
+			patch := client.MergeFrom(st.DeepCopy())
+			if st.Annotations == nil {
+				st.Annotations = map[string]string{}
+			}
+			st.Annotations[v1beta1.ServiceL2StatusIPsAnnotation] = ips
+			if err := w.Patch(ctx, st, patch); err != nil {
+				return fmt.Errorf("annotate ServiceL2Status %s for %s with its IPs: %w", st.Name, key, err)
+			}
+		}
 	}
 	conditions := slices.Clone(st.Status.Conditions)
 	condChanged := false

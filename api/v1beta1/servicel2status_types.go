@@ -29,6 +29,12 @@ const (
 	ServiceL2StatusServiceNameLabel = "metallb.io/service-name"
 	// ServiceL2StatusServiceNamespaceLabel holds the namespace of the Service.
 	ServiceL2StatusServiceNamespaceLabel = "metallb.io/service-namespace"
+	// ServiceL2StatusIPsAnnotation (ironlb's own) lists the IPs of the
+	// Service the node announces, comma-separated: a Service with several
+	// addresses per family (ironlb.io/address-count) has one announcer,
+	// and one object, per address slot. Restarted speakers resume each
+	// slot's owner from it.
+	ServiceL2StatusIPsAnnotation = "ironlb.io/ips"
 )
 
 // ServiceL2StatusSpec is empty: everything is in the status.

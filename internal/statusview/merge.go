@@ -193,7 +193,7 @@ func Merge(now time.Time, sources []Source) Report {
 	r.Problems = append(r.Problems, speakerProblems(synced)...)
 	for _, name := range serviceNames(synced) {
 		ss, probs := mergeService(name, synced, byNode)
-		r.Services = append(r.Services, ss)
+		r.Services = append(r.Services, ss...)
 		r.Problems = append(r.Problems, probs...)
 	}
 	r.Changes = mergeChanges(srcs)
@@ -292,16 +292,48 @@ type view struct {
 	svc  Service
 }
 
-// mergeService merges the speakers' entries for one Service. The reference
-// view, whose owner and node states explain the candidates, is the owner's
-// own speaker when it answered, else the first synced speaker by name.
-func mergeService(name string, synced []*Snapshot, byNode map[string]*Snapshot) (ServiceStatus, []Problem) {
+// mergeService merges the speakers' entries for one Service: one status,
+// or one per address slot of a Service with several (Service.Slots), each
+// merged as a Service of that slot's IPs alone, with its own announcer.
+// Slots are matched across speakers by their IPs (a speaker whose view of
+// the Service's IPs lags shows other slots, left out of that slot's merge).
+func mergeService(name string, synced []*Snapshot, byNode map[string]*Snapshot) ([]ServiceStatus, []Problem) {
 	var views []view
 	for _, s := range synced {
 		if i, ok := slices.BinarySearchFunc(s.Services, name, func(x Service, n string) int { return strings.Compare(x.Name, n) }); ok {
 			views = append(views, view{s, s.Services[i]})
 		}
 	}
+	if len(views[0].svc.Slots) == 0 {
+		ss, probs := mergeViews(name, views, synced, byNode, false)
+		return []ServiceStatus{ss}, probs
+	}
+	var out []ServiceStatus
+	var probs []Problem
+	for i, sl := range views[0].svc.Slots {
+		var slot []view
+		for j, v := range views {
+			if j == 0 {
+				slot = append(slot, view{v.snap, v.svc.slotService(i)})
+				continue
+			}
+			if k := slices.IndexFunc(v.svc.Slots, func(o Slot) bool { return slices.Equal(o.IPs, sl.IPs) }); k >= 0 {
+				slot = append(slot, view{v.snap, v.svc.slotService(k)})
+			}
+		}
+		ss, p := mergeViews(name, slot, synced, byNode, true)
+		out = append(out, ss)
+		probs = append(probs, p...)
+	}
+	return out, probs
+}
+
+// mergeViews merges the speakers' entries for one Service (or address
+// slot). The reference view, whose owner and node states explain the
+// candidates, is the owner's own speaker when it answered, else the first
+// synced speaker by name. slot: the views are of one of the Service's
+// address slots, which its problems' messages name by IP.
+func mergeViews(name string, views []view, synced []*Snapshot, byNode map[string]*Snapshot, slot bool) (ServiceStatus, []Problem) {
 	ref := views[0]
 	for _, v := range views {
 		if v.snap.Node == ref.svc.Owner {
@@ -315,7 +347,12 @@ func mergeService(name string, synced []*Snapshot, byNode map[string]*Snapshot) 
 		if !slices.Contains(ss.Problems, kind) {
 			ss.Problems = append(ss.Problems, kind)
 		}
-		probs = append(probs, Problem{Kind: kind, Service: name, Message: fmt.Sprintf(format, args...)})
+		msg := fmt.Sprintf(format, args...)
+		if slot {
+			// Which of the Service's slots.
+			msg = strings.Join(ss.IPs, ",") + ": " + msg
+		}
+		probs = append(probs, Problem{Kind: kind, Service: name, Message: msg})
 	}
 
 	// Do the speakers agree on the owner?

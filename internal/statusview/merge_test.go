@@ -442,3 +442,50 @@ func TestMergeDrains(t *testing.T) {
 		t.Errorf("table lacks the drains (want a line %q):\n%s", want, b.String())
 	}
 }
+
+// A Service with several address slots merges into one status per slot, each
+// with its own announcer: three nodes announcing one slot each is the
+// healthy state, not multipleAnnouncers; two announcing one slot is.
+func TestMergeSlots(t *testing.T) {
+	slotted := func() map[string]*Snapshot {
+		c := cluster()
+		for n, s := range c {
+			sv := svc(s)
+			sv.IPs = []string{vip, "172.18.255.201", "172.18.255.202"}
+			sv.Slots = []Slot{
+				{IPs: []string{vip}, Owner: "w1", Epoch: 1, Serving: true, Announcing: n == "w1", Candidates: []string{"w1", "w3", "w2"}},
+				{IPs: []string{"172.18.255.201"}, Owner: "w2", Epoch: 2, Serving: true, Announcing: n == "w2", Candidates: []string{"w2", "w1", "w3"}},
+				{IPs: []string{"172.18.255.202"}, Owner: "w3", Epoch: 3, Serving: true, Announcing: n == "w3", Candidates: []string{"w3", "w2", "w1"}},
+			}
+			sv.Announcing = n != "cp"
+		}
+		return c
+	}
+	r := Merge(t0, sources(slotted()))
+	if len(r.Problems) != 0 {
+		t.Fatalf("problems %v, want none", r.Problems)
+	}
+	var got []string
+	for _, ss := range r.Services {
+		got = append(got, strings.Join(ss.IPs, ",")+"="+ss.Announcer)
+	}
+	want := []string{vip + "=w1", "172.18.255.201=w2", "172.18.255.202=w3"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("announcers %v, want %v", got, want)
+	}
+	if s := states(r.Services[1]); s[0] != "w2=announcing" || s[1] != "w1=standby" {
+		t.Fatalf("second slot's nodes %v, want w2 announcing first, then its hash order", s)
+	}
+
+	c := slotted()
+	c["w1"].Services[0].Slots[1].Announcing = true
+	r = Merge(t0, sources(c))
+	if k := kinds(r.Problems); !slices.Equal(k, []string{ProblemMultipleAnnouncers}) || !strings.HasPrefix(r.Problems[0].Message, "172.18.255.201: ") {
+		t.Fatalf("problems %v, want multipleAnnouncers naming 172.18.255.201", r.Problems)
+	}
+	var b bytes.Buffer
+	if err := WriteTable(&b, Merge(t0, sources(slotted()))); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + b.String())
+}

@@ -148,6 +148,49 @@ type Service struct {
 	// Conflict is the last other host seen answering for an IP this node
 	// announces (kept for a minute).
 	Conflict *Conflict `json:"conflict,omitempty"`
+	// Slots, for a Service with several addresses per family
+	// (ironlb.io/address-count), are its address slots, each with its own
+	// owner; Owner, Epoch, Serving and Candidates above are then the first
+	// slot's, and Announcing says this node announces any slot.
+	Slots []Slot `json:"slots,omitempty"`
+}
+
+// Slot is one address slot of a Service: the IPs (one per family) one node
+// announces, with this speaker's replica of their key's claim.
+type Slot struct {
+	IPs        []string `json:"ips"`
+	Owner      string   `json:"owner,omitempty"`
+	Epoch      uint64   `json:"epoch,omitempty"`
+	Serving    bool     `json:"serving,omitempty"`
+	Announcing bool     `json:"announcing,omitempty"`
+	Candidates []string `json:"candidates,omitempty"`
+}
+
+// AnnouncedIPs are the IPs this speaker answers for: all of them, or those
+// of the slots it announces.
+func (s Service) AnnouncedIPs() []string {
+	if len(s.Slots) == 0 {
+		if s.Announcing {
+			return s.IPs
+		}
+		return nil
+	}
+	var out []string
+	for _, sl := range s.Slots {
+		if sl.Announcing {
+			out = append(out, sl.IPs...)
+		}
+	}
+	return out
+}
+
+// slotService is the Service as its slot i alone: the entry a speaker would
+// give a Service with only that slot's IPs.
+func (s Service) slotService(i int) Service {
+	sl := s.Slots[i]
+	s.IPs, s.Owner, s.Epoch, s.Serving, s.Announcing, s.Candidates = sl.IPs, sl.Owner, sl.Epoch, sl.Serving, sl.Announcing, sl.Candidates
+	s.Slots = nil
+	return s
 }
 
 // Key is the Service's ownership key, its smallest IP (IPv4 before IPv6),
