@@ -19,6 +19,7 @@ import (
 
 	"github.com/ironlb/ironlb/api/v1beta1"
 	"github.com/ironlb/ironlb/controllers"
+	"github.com/ironlb/ironlb/internal/service"
 )
 
 const (
@@ -438,4 +439,33 @@ func TestInvalidConfigAtStart(t *testing.T) {
 	}
 	h.waitIPs("svc", "172.18.255.200")
 	h.waitPoolStatus("a", 1, 50, 0, 0)
+}
+
+// ironlb.io/address-count asks for several addresses per family: all of them
+// are published, in address order per family; more than the pool can give is
+// an AllocationFailed event naming the count, never a partial status; a bad
+// value names the annotation; explicit addresses work too.
+func TestAddressCount(t *testing.T) {
+	h := newHarness(t)
+	h.pool("small", "172.18.255.200-172.18.255.204", "fc00:f853:ccd:e799::/126")
+	h.start()
+
+	dual := h.service("three", map[string]string{service.AnnotationAddressCount: "3"})
+	dual.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyRequireDualStack)
+	dual.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+	h.create(dual)
+	h.waitIPs("three", "172.18.255.200", "172.18.255.201", "172.18.255.202",
+		"fc00:f853:ccd:e799::", "fc00:f853:ccd:e799::1", "fc00:f853:ccd:e799::2")
+
+	h.create(h.service("too-many", map[string]string{service.AnnotationAddressCount: "3"}))
+	h.waitEvent("too-many", corev1.EventTypeWarning, controllers.ReasonAllocationFailed, service.AnnotationAddressCount, "3 IPv4 addresses")
+	if got := ingress(h.get("too-many")); len(got) != 0 {
+		t.Errorf("too-many status = %v, want none (no partial result)", got)
+	}
+	h.create(h.service("bad", map[string]string{service.AnnotationAddressCount: "17"}))
+	h.waitEvent("bad", corev1.EventTypeWarning, controllers.ReasonAllocationFailed, service.AnnotationAddressCount, "17")
+
+	h.create(h.service("explicit", map[string]string{annoIPs: "172.18.255.204,172.18.255.203"}))
+	h.waitIPs("explicit", "172.18.255.204", "172.18.255.203") // as listed
+	h.waitPoolStatus("small", 5, 0, 3, 1)
 }

@@ -659,6 +659,15 @@ func (o *owners) refreshServiceLocked(sc *scope, svc string) {
 		return
 	}
 	ref := e.ref
+	if here, before := slotsIn(e.slots, next.ips), slotsIn(e.slots, prev.ips); here > 1 && here > before {
+		// Anti-affinity places a Service's slots on distinct nodes first:
+		// two here means no other node could take one.
+		msg := fmt.Sprintf("%d of the Service's %d address slots (%s) are announced from node %q: no other eligible node can take one now; they spread again, one a second, once one can",
+			here, len(e.slots), joinIPs(next.ips), o.self)
+		sc.events = append(sc.events, func() {
+			o.recorder.Eventf(ref, nil, corev1.EventTypeWarning, EventAddressesShareNode, "Announce", "%s", msg)
+		})
+	}
 	if len(e.slots) < 2 {
 		sc.events = append(sc.events, func() {
 			o.recorder.Eventf(ref, nil, corev1.EventTypeNormal, EventNodeAssigned, "Announce",
@@ -671,6 +680,17 @@ func (o *owners) refreshServiceLocked(sc *scope, svc string) {
 		})
 	}
 	sc.checks = append(sc.checks, announceCheck{svc: svc, ref: ref, announced: announced{ips: added, interfaces: next.interfaces}})
+}
+
+// slotsIn counts the slots whose addresses ips holds.
+func slotsIn(slots []Slot, ips []netip.Addr) int {
+	n := 0
+	for _, s := range slots {
+		if slices.Contains(ips, s.IPs[0]) {
+			n++
+		}
+	}
+	return n
 }
 
 // filterIPs returns the IPs of all that are in some, in all's order (all

@@ -35,6 +35,10 @@ const (
 	EventAnnounceFailed   = "announceFailed"
 	EventAddressConflict  = "AddressConflict"
 	EventKernelAnswersARP = "KernelAnswersARP"
+	// EventAddressesShareNode: this node announces two or more address
+	// slots of one Service (ironlb.io/address-count) because no other
+	// eligible node can take them.
+	EventAddressesShareNode = "AddressesShareNode"
 )
 
 // Snapshot is the cluster-wide input shared by every Service's input.

@@ -1,12 +1,16 @@
 package speaker
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/ironlb/ironlb/internal/ownership"
 )
@@ -155,5 +159,79 @@ func TestSeedClaims(t *testing.T) {
 				t.Fatalf("seedClaims = %v, want %v", got, c.want)
 			}
 		})
+	}
+}
+
+// reasonRecorder keeps each event's reason and message.
+type reasonRecorder struct {
+	nopRecorder
+	mu     sync.Mutex
+	events []string
+}
+
+func (r *reasonRecorder) Eventf(_ runtime.Object, _ runtime.Object, _, reason, _, note string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, reason+": "+fmt.Sprintf(note, args...))
+}
+
+// TestSlotsShareNodeThenSpread: with one eligible node a Service's three
+// slots share it, which an AddressesShareNode event says once; once two
+// more nodes are eligible, Tick spreads them by planned moves, one a second.
+func TestSlotsShareNodeThenSpread(t *testing.T) {
+	ips := []string{"10.0.0.1", "10.0.0.2", "10.0.0.3"}
+	in := Input{Pool: "p1", Eligible: []string{"w1"}, Self: true, AllInterfaces: true}
+	for _, s := range ips {
+		in.IPs = append(in.IPs, netip.MustParseAddr(s))
+	}
+	rec := &reasonRecorder{}
+	ann := newFakeAnnouncer()
+	o := newOwners(logr.Discard(), "w1", ownership.Options{Hold: 30 * time.Second}, ann, newMetrics(nil), rec)
+	now := time.Now()
+	for _, n := range []string{"w1", "w2", "w3"} {
+		o.SetSpeaker(n, ownership.SpeakerAlive, now)
+	}
+	o.Sync(now, nil)
+	o.SetService("ns1/web", in, lbService(ips...))
+	if got := len(ann.balancers["ns1/web"]); got != 3 {
+		t.Fatalf("w1 announces %v, want all three IPs (the only eligible node)", ann.balancers["ns1/web"])
+	}
+	shared := func() int {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		n := 0
+		for _, e := range rec.events {
+			if strings.HasPrefix(e, EventAddressesShareNode+": 3 of the Service's 3 address slots") {
+				n++
+			}
+		}
+		return n
+	}
+	if shared() != 1 {
+		t.Fatalf("events %v, want one %s", rec.events, EventAddressesShareNode)
+	}
+	o.SetService("ns1/web", in, lbService(ips...)) // nothing changed: no new event
+	if shared() != 1 {
+		t.Fatalf("events %v, want still one %s", rec.events, EventAddressesShareNode)
+	}
+
+	in.Eligible = []string{"w1", "w2", "w3"}
+	o.SetService("ns1/web", in, lbService(ips...))
+	if got := len(ann.balancers["ns1/web"]); got != 3 {
+		t.Fatalf("w1 announces %v right after w2 and w3 became eligible, want all three until Tick spreads them", ann.balancers["ns1/web"])
+	}
+	for i := 1; i <= 2; i++ {
+		o.Tick(now.Add(time.Duration(i) * spreadEvery))
+		if got := len(ann.balancers["ns1/web"]); got != 3-i {
+			t.Fatalf("after %d ticks w1 announces %v, want %d IPs (one slot given away a tick)", i, ann.balancers["ns1/web"], 3-i)
+		}
+	}
+	owners := map[string]bool{}
+	for _, s := range in.Slots() {
+		ow, _ := o.eng.Owner(s.Key)
+		owners[ow] = true
+	}
+	if len(owners) != 3 {
+		t.Fatalf("slot owners %v, want three distinct nodes", owners)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/ironlb/ironlb/internal/config"
+	"github.com/ironlb/ironlb/internal/service"
 	"github.com/ironlb/ironlb/internal/textlimit"
 )
 
@@ -251,6 +252,12 @@ func (a *Allocator) Allocate(key string, req Request) (ips []netip.Addr, pool st
 		names := make([]string, len(candidates))
 		for i, c := range candidates {
 			names[i] = c.name
+		}
+		if nreq.Count > 1 {
+			// Never a partial result: fewer than Count stays none.
+			return nil, "", errorf(ReasonNoAvailableIPs, key, netip.Addr{}, strings.Join(names, ","),
+				"no available IPs: %s asks for %d %s addresses (policy %s); no pool of %s has that many free, and none is assigned until one has",
+				service.AnnotationAddressCount, nreq.Count, familiesString(nreq.Families), nreq.Policy, strings.Join(names, ", "))
 		}
 		return nil, "", errorf(ReasonNoAvailableIPs, key, netip.Addr{}, strings.Join(names, ","),
 			"no available IPs: no free %s address (policy %s) in pools %s", familiesString(nreq.Families), nreq.Policy, strings.Join(names, ", "))

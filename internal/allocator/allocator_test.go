@@ -690,8 +690,8 @@ func TestAddressCount(t *testing.T) {
 	})
 	t.Run("a pool too small gives nothing", func(t *testing.T) {
 		_, _, err := a.Allocate("ns/five", Request{Pool: "small", Count: 5})
-		if reason(err) != ReasonNoAvailableIPs {
-			t.Fatalf("err %v, want %s", err, ReasonNoAvailableIPs)
+		if reason(err) != ReasonNoAvailableIPs || !strings.Contains(err.Error(), "asks for 5 IPv4 addresses") {
+			t.Fatalf("err %v, want %s naming the count", err, ReasonNoAvailableIPs)
 		}
 		if _, _, ok := a.Allocation("ns/five"); ok {
 			t.Fatal("a partial allocation was kept")
