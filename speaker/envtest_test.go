@@ -38,6 +38,7 @@ import (
 	"github.com/ironlb/ironlb/api/v1beta1"
 	"github.com/ironlb/ironlb/internal/election"
 	"github.com/ironlb/ironlb/internal/layer2"
+	"github.com/ironlb/ironlb/internal/ownership"
 	"github.com/ironlb/ironlb/internal/statusview"
 	"github.com/ironlb/ironlb/test/procstat"
 )
@@ -509,6 +510,12 @@ func announcedBy(node string, want bool) func() string {
 	}
 }
 
+// bareOwners is an ownership layer that knows no Service and no peer, for
+// status writer tests that hand it their Want directly.
+func bareOwners(self string) *owners {
+	return newOwners(logr.Discard(), self, ownership.Options{}, newFakeAnnouncer(), newMetrics(nil), nopRecorder{})
+}
+
 // TestStatusNotDuplicated calls syncStatus repeatedly: still exactly one
 // object; the conflict condition is set and cleared; losing the election
 // deletes the object.
@@ -524,11 +531,11 @@ func TestStatusNotDuplicated(t *testing.T) {
 	// Between calls the test waits for the cache to catch up, as the watch
 	// event that starts the next reconcile would.
 	svc := lbService("172.18.255.201")
-	want := Want{Announce: true, AllInterfaces: true}
+	want := Want{Announce: true, AllInterfaces: true, IPs: []netip.Addr{netip.MustParseAddr("172.18.255.201")}}
 	key := types.NamespacedName{Namespace: "ns1", Name: "web"}
 	cached, direct := indexedClient(t, cfg)
 	r := &statusWriter{Client: cached, apiRead: direct, log: logr.Discard(), opts: Options{NodeName: "w1", Namespace: testNS},
-		conflicts: newConflicts(), created: map[string]string{}}
+		conflicts: newConflicts(), created: map[string]string{}, own: bareOwners("w1")}
 	sync := func(svc *corev1.Service, want Want) {
 		t.Helper()
 		if err := r.syncStatus(ctx, key, svc, want); err != nil {
@@ -540,9 +547,18 @@ func TestStatusNotDuplicated(t *testing.T) {
 		sync(svc, want)
 	}
 	items := statuses(t, c)
-	if len(items) != 1 || items[0].Status.Node != "w1" || len(items[0].Status.Interfaces) != 0 {
-		t.Fatalf("want one status for w1 with no interfaces listed: %s", describeStatuses(items))
+	if len(items) != 1 || items[0].Status.Node != "w1" || len(items[0].Status.Interfaces) != 0 ||
+		items[0].Annotations[v1beta1.ServiceL2StatusIPsAnnotation] != "172.18.255.201" {
+		t.Fatalf("want one status for w1 with no interfaces listed, annotated with its IP: %s", describeStatuses(items))
 	}
+	// Another slot of the Service moves here: the record names both IPs.
+	two := want
+	two.IPs = append(slices.Clone(want.IPs), netip.MustParseAddr("172.18.255.202"))
+	sync(svc, two)
+	if items = statuses(t, c); len(items) != 1 || items[0].Annotations[v1beta1.ServiceL2StatusIPsAnnotation] != "172.18.255.201,172.18.255.202" {
+		t.Fatalf("want the record annotated with both IPs: %+v", items)
+	}
+	sync(svc, want)
 	// A conflict report shows as a condition, and clears after conflictHold.
 	mac, _ := net.ParseMAC("02:00:00:00:00:99")
 	r.conflicts.set(key.String(), conflictRecord{last: time.Now(),
@@ -634,7 +650,7 @@ func TestStatusServiceCacheLags(t *testing.T) {
 	cached, direct := indexedClient(t, cfg)
 	eventually(t, "the cache shows the record", 30*time.Second, caughtUp(t, cached, direct))
 	w := &statusWriter{Client: cached, apiRead: direct, log: logr.Discard(), opts: Options{NodeName: "w1", Namespace: testNS},
-		conflicts: newConflicts(), created: map[string]string{}}
+		conflicts: newConflicts(), created: map[string]string{}, own: bareOwners("w1")}
 	// What the lagging cache says: no such Service.
 	if err := w.syncStatus(ctx, key, nil, Want{}); err != nil {
 		t.Fatal(err)
