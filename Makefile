@@ -37,6 +37,9 @@ PROMETHEUS ?= $(LOCALBIN)/prometheus
 PROMTOOL ?= $(LOCALBIN)/promtool
 # The module version of github.com/prometheus/prometheus (v0.309.1 is Prometheus 3.9.1).
 PROMETHEUS_VERSION = $(shell awk '/prometheus\/prometheus /{print $$2}' hack/prometheus/go.mod)
+EXTERNAL_DNS ?= $(LOCALBIN)/external-dns
+# The module version of sigs.k8s.io/external-dns (hack/external-dns/go.mod).
+EXTERNAL_DNS_VERSION = $(shell awk '/sigs.k8s.io\/external-dns /{print $$2}' hack/external-dns/go.mod)
 METALLB_CONTROLLER ?= $(LOCALBIN)/metallb-controller
 METALLB_SPEAKER ?= $(LOCALBIN)/metallb-speaker
 # The MetalLB release the side-by-side benchmark runs (hack/metallb/go.mod).
@@ -204,7 +207,7 @@ bench-controller-metallb: metallb ## ironlb's and MetalLB's controllers on ident
 ##@ Demo
 
 .PHONY: demo
-demo: $(if $(filter 1,$(LAB_PROMETHEUS)),$(PROMETHEUS)) ## The walkthrough end to end in the lab (root; LAB_WORKERS, LAB_SERVICE_CIDR): make image, lab up, helm install, apply examples/walkthrough, curl from mypc. Leaves the lab up.
+demo: $(if $(filter 1,$(LAB_PROMETHEUS)),$(PROMETHEUS)) $(if $(filter 1,$(LAB_DNS)),$(EXTERNAL_DNS)) ## The walkthrough end to end in the lab (root; LAB_WORKERS, LAB_SERVICE_CIDR): make image, lab up, helm install, apply examples/walkthrough, curl from mypc. Leaves the lab up.
 	hack/demo.sh
 
 .PHONY: demo-dualstack
@@ -258,7 +261,7 @@ release-artifacts: $(HELM) image ## What a release publishes besides the image, 
 ##@ Tools
 
 .PHONY: tools
-tools: $(CONTROLLER_GEN) $(HELM) $(GOLANGCI_LINT) $(ACTIONLINT) $(IMAGE_TOOL) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) $(PROMETHEUS) $(PROMTOOL) ## Build every pinned tool into ./bin (idempotent).
+tools: $(CONTROLLER_GEN) $(HELM) $(GOLANGCI_LINT) $(ACTIONLINT) $(IMAGE_TOOL) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) $(PROMETHEUS) $(PROMTOOL) $(EXTERNAL_DNS) ## Build every pinned tool into ./bin (idempotent).
 
 $(LOCALBIN):
 	mkdir -p $(LOCALBIN)
@@ -288,6 +291,15 @@ $(PROMETHEUS) $(PROMTOOL) &: hack/prometheus/go.mod hack/prometheus/go.sum | $(L
 	@echo ">> building Prometheus $(PROMETHEUS_VERSION) into $(LOCALBIN) (cold: a few minutes)"
 	cd hack/prometheus && go build -ldflags "-s -w -X github.com/prometheus/common/version.Version=$(PROMETHEUS_VERSION)" \
 		-o $(LOCALBIN)/ github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
+
+.PHONY: external-dns
+external-dns: $(EXTERNAL_DNS) ## Build bin/external-dns (the lab's, lab up --dns: publishes LoadBalancer IPs in the lab's BIND server).
+
+# The lab's external-dns (lab up --dns), pinned in hack/external-dns/go.mod, its own module.
+$(EXTERNAL_DNS): hack/external-dns/go.mod hack/external-dns/go.sum | $(LOCALBIN)
+	@echo ">> building external-dns $(EXTERNAL_DNS_VERSION) into $(LOCALBIN) (cold: ~6 min on 2 cores, ~260 MB of modules)"
+	cd hack/external-dns && go build -ldflags "-s -w -X sigs.k8s.io/external-dns/pkg/apis/externaldns.Version=$(EXTERNAL_DNS_VERSION)" \
+		-o $(EXTERNAL_DNS) sigs.k8s.io/external-dns
 
 .PHONY: metallb
 metallb: $(METALLB_CONTROLLER) $(METALLB_SPEAKER) ## Build MetalLB's controller and speaker (bin/metallb-controller, bin/metallb-speaker) for make bench-metallb; not part of `tools`.
@@ -338,14 +350,17 @@ LAB_IP_FAMILY ?= dual
 # LAB_PROMETHEUS=1: make lab-up / demo also run Prometheus on its own lab host; the e2e
 # suite's own lab runs it unless LAB_PROMETHEUS=0 (docs/observability.md).
 LAB_PROMETHEUS ?=
-export LAB_WORKERS LAB_SERVICE_CIDR LAB_IP_FAMILY LAB_PROMETHEUS
+# LAB_DNS=1: make lab-up / demo also run the lab's DNS host (BIND for lb.lab and external-dns,
+# publishing Services annotated external-dns.alpha.kubernetes.io/hostname); mypc resolves there.
+LAB_DNS ?=
+export LAB_WORKERS LAB_SERVICE_CIDR LAB_IP_FAMILY LAB_PROMETHEUS LAB_DNS
 
 .PHONY: lab
 lab: ## Build the lab command into ./bin/lab.
 	$(GO_BUILD) -o $(LAB) ./test/lab/cmd/lab
 
 .PHONY: lab-up
-lab-up: image lab $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) $(if $(filter 1,$(LAB_PROMETHEUS)),$(PROMETHEUS)) ## Bring the lab cluster up in network namespaces (LAB_WORKERS=3, LAB_SERVICE_CIDR=10.200.1.0/24, LAB_IP_FAMILY=dual|ipv4, LAB_PROMETHEUS=1 adds Prometheus).
+lab-up: image lab $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES)) $(if $(filter 1,$(LAB_PROMETHEUS)),$(PROMETHEUS)) $(if $(filter 1,$(LAB_DNS)),$(EXTERNAL_DNS)) ## Bring the lab cluster up in network namespaces (LAB_WORKERS=3, LAB_SERVICE_CIDR=10.200.1.0/24, LAB_IP_FAMILY=dual|ipv4, LAB_PROMETHEUS=1 adds Prometheus, LAB_DNS=1 a DNS server and external-dns).
 	$(LAB) up --workers $(LAB_WORKERS) --service-cidr $(LAB_SERVICE_CIDR) --ip-family $(LAB_IP_FAMILY)
 
 .PHONY: lab-down

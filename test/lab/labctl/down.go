@@ -101,6 +101,16 @@ func (l *Lab) Down(ctx context.Context, opts DownOptions) error {
 		report("deleted links: %s\n", strings.Join(links, " "))
 	}
 
+	// mypc's resolver (lab up --dns): read before .lab goes, which records whether
+	// the lab created /etc/netns.
+	confs, err := l.removeResolvConfs()
+	if err != nil {
+		failed = append(failed, err.Error())
+	}
+	if len(confs) > 0 {
+		report("removed %s\n", strings.Join(confs, " "))
+	}
+
 	if err := l.restoreNeighbourLimits(); err != nil {
 		failed = append(failed, err.Error())
 	}
@@ -119,7 +129,7 @@ func (l *Lab) Down(ctx context.Context, opts DownOptions) error {
 	if len(failed) > 0 {
 		return fmt.Errorf("lab down left things behind:\n  %s", strings.Join(failed, "\n  "))
 	}
-	if len(victims) == 0 && len(nss) == 0 && len(links) == 0 && !removed {
+	if len(victims) == 0 && len(nss) == 0 && len(links) == 0 && len(confs) == 0 && !removed {
 		report("no lab found: nothing to remove\n")
 	}
 	return nil

@@ -114,6 +114,8 @@ type State struct {
 	Ready bool `json:"ready"`
 	// Prometheus: the lab runs the monitoring host and Prometheus (lab up --prometheus).
 	Prometheus bool `json:"prometheus,omitempty"`
+	// DNS: the lab runs the DNS host, BIND and external-dns (lab up --dns).
+	DNS bool `json:"dns,omitempty"`
 }
 
 // serviceSubnet is the recorded service CIDR (the default if none or unreadable).
@@ -175,6 +177,9 @@ func (l *Lab) Topology() (*labnet.Topology, error) {
 	t.ServiceSubnet = s.serviceSubnet()
 	if s.Prometheus {
 		t.AddPrometheus()
+	}
+	if s.DNS {
+		t.AddDNS()
 	}
 	return t, nil
 }

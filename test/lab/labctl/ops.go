@@ -17,7 +17,7 @@ import (
 	"github.com/ironlb/ironlb/test/lab/labnet"
 )
 
-// hostNS resolves a host name (mypc, prometheus, a node name, a lab namespace name or one of the lab's
+// hostNS resolves a host name (mypc, prometheus, dns, a node name, a lab namespace name or one of the lab's
 // pod namespaces) to its namespace.
 func (l *Lab) hostNS(host string) (string, error) {
 	if labnet.IsLabNS(host) && labnet.NSExists(host) {
@@ -34,7 +34,7 @@ func (l *Lab) hostNS(host string) (string, error) {
 	if labnet.IsLabNS(ns) && labnet.NSExists(ns) {
 		return ns, nil
 	}
-	return "", fmt.Errorf("no lab host %q (namespace %s does not exist); hosts are mypc, the node names and (lab up --prometheus) prometheus, see `lab status`", host, ns)
+	return "", fmt.Errorf("no lab host %q (namespace %s does not exist); hosts are mypc, mypc2, the node names, (lab up --prometheus) prometheus and (lab up --dns) dns, see `lab status`", host, ns)
 }
 
 // Command returns a command that runs argv on a lab host (see Exec).

@@ -36,6 +36,10 @@ type UpOptions struct {
 	// Prometheus also runs Prometheus on its own host (labnet.PrometheusName), scraping
 	// ironlb's pods (see startPrometheus). Asked of a running lab without it, it is added.
 	Prometheus bool
+	// DNS also runs the DNS host (labnet.DNSName): BIND authoritative for DNSZone and
+	// external-dns publishing LoadBalancer Services there; mypc and mypc2 resolve through
+	// it (see startDNS). Asked of a running lab without it, it is added.
+	DNS bool
 }
 
 // Up brings the lab up. If a complete lab with the same worker count is running, it only
@@ -65,6 +69,9 @@ func (l *Lab) Up(ctx context.Context, opts UpOptions) error {
 	if opts.Prometheus {
 		topo.AddPrometheus()
 	}
+	if opts.DNS {
+		topo.AddDNS()
+	}
 	if err := l.EnsurePrerequisites(ctx); err != nil {
 		return err
 	}
@@ -89,6 +96,11 @@ func (l *Lab) Up(ctx context.Context, opts UpOptions) error {
 			l.printf("The lab is already running (since %s).\n\n", st.StartedAt.Local().Format(time.Kitchen))
 			if opts.Prometheus && !st.Prometheus {
 				if err := l.addPrometheus(ctx, topo, st); err != nil {
+					return err
+				}
+			}
+			if opts.DNS && (!st.DNS || !l.DNSRunning()) {
+				if err := l.addDNS(ctx, topo, st); err != nil {
 					return err
 				}
 			}
@@ -155,7 +167,7 @@ func (l *Lab) up(ctx context.Context, topo *labnet.Topology, opts UpOptions) err
 		return err
 	}
 	state := &State{Workers: opts.Workers, ProxyMode: opts.ProxyMode, ServiceCIDR: topo.ServiceSubnet.String(), IPFamily: topo.Family, ForwardAddr: lis.Addr().String(),
-		StartedAt: time.Now(), Prometheus: opts.Prometheus}
+		StartedAt: time.Now(), Prometheus: opts.Prometheus, DNS: opts.DNS}
 	if err := l.writeState(state); err != nil {
 		_ = lis.Close() // the error above is the one to report
 		return err
@@ -237,6 +249,14 @@ func (l *Lab) up(ctx context.Context, topo *labnet.Topology, opts UpOptions) err
 	if opts.Prometheus {
 		done = l.step("starting Prometheus on %s (%s)", labnet.PrometheusName, PrometheusURL())
 		if err := l.startPrometheus(ctx, topo, client); err != nil {
+			return err
+		}
+		done()
+	}
+
+	if opts.DNS {
+		done = l.step("starting named and external-dns on %s (%s, zone %s)", labnet.DNSName, DNSServer(), DNSZone)
+		if err := l.startDNS(ctx, topo, client); err != nil {
 			return err
 		}
 		done()

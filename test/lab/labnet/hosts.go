@@ -39,6 +39,10 @@ const (
 	// PrometheusName is the monitoring host (lab up --prometheus): outside the cluster
 	// like mypc, with routes to the pod CIDRs so it can scrape pods.
 	PrometheusName = "prometheus"
+	// DNSName is the lab's DNS host (lab up --dns): outside the cluster like mypc, it runs
+	// BIND, authoritative for the lab's zone, and external-dns, which publishes
+	// LoadBalancer Services' ingress IPs there.
+	DNSName = "dns"
 	// MaxWorkers bounds the worker count so every host keeps an address below mypc's.
 	MaxWorkers = 90
 )
@@ -66,6 +70,8 @@ var (
 	ServiceSubnet6 = netip.MustParsePrefix("fd00:10:200::/112")
 	// PrometheusIP is the monitoring host's address.
 	PrometheusIP = netip.MustParseAddr("172.18.0.101")
+	// DNSIP is the DNS host's address (the DNS server mypc and mypc2 resolve through).
+	DNSIP = netip.MustParseAddr("172.18.0.103")
 )
 
 // IP families the lab can run.
@@ -239,6 +245,14 @@ func (t *Topology) AddPrometheus() {
 	t.Hosts = append(t.Hosts, h)
 }
 
+// AddDNS adds the DNS host (DNSName, DNSIP) to the topology.
+func (t *Topology) AddDNS() {
+	if _, ok := t.Host(DNSName); ok {
+		return
+	}
+	t.Hosts = append(t.Hosts, t.newHost(DNSName, DNSIP.As4()[3], -1, false))
+}
+
 // SwitchNS is the namespace holding the bridge.
 func (t *Topology) SwitchNS() string { return t.Prefix + "sw" }
 
@@ -300,10 +314,10 @@ func (t *Topology) Host(name string) (Host, bool) {
 // ControlPlane returns the control-plane node.
 func (t *Topology) ControlPlane() Host { return t.Hosts[0] }
 
-// labNSPattern matches the host namespaces of the lab: the switch, the nodes (myk8s-*), mypc, mypc2
-// and the monitoring host. Other "ilb-" namespaces, such as ones a unit test makes, are not
+// labNSPattern matches the host namespaces of the lab: the switch, the nodes (myk8s-*), mypc, mypc2,
+// the monitoring host and the DNS host. Other "ilb-" namespaces, such as ones a unit test makes, are not
 // the lab's.
-var labNSPattern = regexp.MustCompile(`^ilb-(sw|mypc2?|prometheus|myk8s-[a-z0-9-]+)$`)
+var labNSPattern = regexp.MustCompile(`^ilb-(sw|mypc2?|prometheus|dns|myk8s-[a-z0-9-]+)$`)
 
 // IsLabNS reports whether a namespace name is one of the lab's host namespaces.
 func IsLabNS(name string) bool { return labNSPattern.MatchString(name) }

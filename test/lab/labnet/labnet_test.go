@@ -59,11 +59,19 @@ func TestTopologyNames(t *testing.T) {
 	if got := len(topo.Nodes()); got != 5 {
 		t.Errorf("after AddPrometheus Nodes() has %d hosts, want 5", got)
 	}
+
+	topo.AddDNS()
+	topo.AddDNS() // idempotent
+	d, ok := topo.Host(DNSName)
+	if !ok || len(topo.Hosts) != len(want)+2 || d.IP != DNSIP || d.IP.String() != "172.18.0.103" || d.MAC != "02:42:ac:12:00:67" ||
+		d.IP6.String() != "fc00:f853:ccd:e793::103" || d.Node || d.ReachesPods || d.NS() != "ilb-dns" || !IsLabNS(d.NS()) {
+		t.Errorf("after AddDNS: %d hosts, dns host %+v (found %v)", len(topo.Hosts), d, ok)
+	}
 }
 
 func TestOwnership(t *testing.T) {
 	for name, want := range map[string]bool{
-		"ilb-sw": true, "ilb-mypc": true, "ilb-mypc2": true, "ilb-mypc3": false, "ilb-prometheus": true, "ilb-myk8s-worker12": true, "ilb-p-0123abcd": false,
+		"ilb-sw": true, "ilb-mypc": true, "ilb-mypc2": true, "ilb-mypc3": false, "ilb-prometheus": true, "ilb-dns": true, "ilb-dnsx": false, "ilb-myk8s-worker12": true, "ilb-p-0123abcd": false,
 		"ilb-l2test": false, "ilb-p-xyz": false, "ilb-swx": false, "other": false,
 	} {
 		if got := IsLabNS(name); got != want {

@@ -69,7 +69,9 @@ func newRoot() *cobra.Command {
 (172.18.0.2) and workers (172.18.0.3...) as network namespaces on a bridge, real etcd,
 kube-apiserver, kube-controller-manager, kube-scheduler and kube-proxy, the lab's node agent
 in place of the kubelet, and a client host mypc (172.18.0.100) on the same segment; with
---prometheus, a host "prometheus" (172.18.0.101) running Prometheus.`,
+--prometheus, a host "prometheus" (172.18.0.101) running Prometheus; with --dns, a host "dns"
+(172.18.0.103) running BIND for the zone lb.lab and external-dns, which publishes annotated
+LoadBalancer Services there; mypc and mypc2 resolve through it.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -96,6 +98,8 @@ in place of the kubelet, and a client host mypc (172.18.0.100) on the same segme
 	upCmd.Flags().DurationVar(&up.NodesTimeout, "nodes-timeout", 0, "how long to wait for the nodes to be Ready (default 90s)")
 	upCmd.Flags().BoolVar(&up.Prometheus, "prometheus", os.Getenv("LAB_PROMETHEUS") == "1",
 		"also run Prometheus on its own host (172.18.0.101:9090), scraping ironlb's pods (default from LAB_PROMETHEUS=1)")
+	upCmd.Flags().BoolVar(&up.DNS, "dns", os.Getenv("LAB_DNS") == "1",
+		"also run a DNS server (BIND, zone lb.lab) and external-dns on their own host (172.18.0.103); mypc resolves through it, and a LoadBalancer Service annotated external-dns.alpha.kubernetes.io/hostname=web.lb.lab. is published there (default from LAB_DNS=1)")
 
 	var down labctl.DownOptions
 	downCmd := &cobra.Command{
@@ -128,7 +132,7 @@ in place of the kubelet, and a client host mypc (172.18.0.100) on the same segme
 
 	execCmd := &cobra.Command{
 		Use:   "exec HOST -- CMD [ARGS...]",
-		Short: "run a command on a lab host (mypc, prometheus or a node name) in its network namespace",
+		Short: "run a command on a lab host (mypc, mypc2, prometheus, dns or a node name) in its network namespace",
 		Args:  cobra.MinimumNArgs(2),
 		RunE: func(c *cobra.Command, args []string) error {
 			l, err := lab()
