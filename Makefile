@@ -154,9 +154,10 @@ test-unit: ## Run the Go tests (envtest suites use the API server in ./bin); roo
 
 .PHONY: test-e2e
 # E2E_DEPS is what test/e2e's TestMain needs to bring the lab up (it runs
-# Prometheus in it, and MetalLB's images for TestMigrateFromMetalLB): every
+# Prometheus and the DNS host (external-dns) in it, and MetalLB's images for
+# TestMigrateFromMetalLB): every
 # target that runs the suite or its benchmarks.
-E2E_DEPS = lab $(HELM) $(PROMETHEUS) $(METALLB_CONTROLLER) $(METALLB_SPEAKER) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES))
+E2E_DEPS = lab $(HELM) $(PROMETHEUS) $(EXTERNAL_DNS) $(METALLB_CONTROLLER) $(METALLB_SPEAKER) $(addprefix $(LOCALBIN)/,$(KUBE_BINARIES))
 
 test-e2e: $(E2E_DEPS) ## Run the e2e suite (root): brings the lab up, installs the chart, runs test/e2e, tears the lab down.
 	go test -json -tags e2e ./test/e2e -count=1 -v -timeout 40m $(E2E_FLAGS) | $(TEST_SUMMARY) -v
@@ -184,6 +185,10 @@ bench-create: $(E2E_DEPS) ## Service created -> IP -> first ARP reply -> first g
 .PHONY: bench-saturation
 bench-saturation: $(E2E_DEPS) ## Owner changes with every CPU saturated for E2E_SATURATION=10m, in the lab (root) (docs/benchmarks-e2e.md).
 	go test -tags e2e ./test/e2e -run '^$$' -bench Saturation -benchtime 1x -timeout 40m -v
+
+.PHONY: bench-spread
+bench-spread: $(E2E_DEPS) ## One Service through one node, then spread over three (ironlb.io/address-count), in the lab (root): requests/s and each node's share (E2E_SPREAD_CONNS=24, E2E_SPREAD_SECONDS=20) (docs/benchmarks-e2e.md).
+	LAB_PROMETHEUS=0 LAB_DNS=0 go test -tags e2e ./test/e2e -run '^$$' -bench 'SpreadThroughput' -benchtime 1x -timeout 20m -v
 
 .PHONY: bench-metallb
 bench-metallb: $(E2E_DEPS) ## ironlb and MetalLB v0.16.2 side by side in one lab (root): speaker rolling restarts (E2E_VS_ROLLS=3), creates (E2E_VS_CREATE=10), hard kills (E2E_VS_KILLS=20), ratios (docs/benchmarks-metallb.md).

@@ -221,16 +221,8 @@ func (e *Env) nodeMACs(ctx context.Context) (map[string]string, error) {
 // lab or kind cluster); in CI the lab is dual-stack, so such a skip fails the run.
 func (e *Env) requireIPv6(t testing.TB) {
 	t.Helper()
-	var nodes corev1.NodeList
-	if err := e.C.List(context.Background(), &nodes); err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range nodes.Items {
-		for _, a := range n.Status.Addresses {
-			if ip, err := netip.ParseAddr(a.Address); a.Type == corev1.NodeInternalIP && err == nil && ip.Is6() {
-				return
-			}
-		}
+	if e.hasIPv6(t) {
+		return
 	}
 	t.Skip("the cluster is IPv4-only (no node has an IPv6 InternalIP); the lab is dual-stack unless LAB_IP_FAMILY=ipv4")
 }

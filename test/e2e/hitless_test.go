@@ -47,6 +47,9 @@ type lbFixture struct {
 	name, ip string
 	owner    string   // the announcer when the test starts
 	workers  []string // the announcement candidates
+	// proxies are the nodes whose kube-proxy rules placeBackends waits
+	// for; nil: workers.
+	proxies []string
 	macs     map[string]string
 }
 
@@ -147,6 +150,7 @@ func (e *Env) placeBackends(t testing.TB, f *lbFixture, except string) {
 			}
 		}
 		slices.Sort(nodes)
+		nodes = slices.Compact(nodes) // a dual-stack Service has a slice per family
 		return slices.Equal(nodes, want), fmt.Sprintf("ready endpoints on %v", nodes)
 	})
 	slices.Sort(backends)
@@ -157,8 +161,12 @@ func (e *Env) placeBackends(t testing.TB, f *lbFixture, except string) {
 	// backend by the node that takes the IP over, and would count against
 	// the action the test measures.
 	svc := "default/" + f.name
-	poll(t, 3*time.Minute, "every worker's kube-proxy rules of "+svc+" to exactly "+strings.Join(backends, ", "), func() (bool, string) {
-		for _, n := range f.workers {
+	proxies := f.proxies
+	if proxies == nil {
+		proxies = f.workers
+	}
+	poll(t, 3*time.Minute, "every candidate's kube-proxy rules of "+svc+" to exactly "+strings.Join(backends, ", "), func() (bool, string) {
+		for _, n := range proxies {
 			r, err := e.Hosts.Run(ctx, n, "sh", "-c", "iptables-save -t nat 2>/dev/null; ip6tables-save -t nat 2>/dev/null; nft list ruleset 2>/dev/null")
 			if err != nil {
 				return false, err.Error()

@@ -38,6 +38,7 @@ import (
 //	LAB_WORKERS, LAB_SERVICE_CIDR, LAB_IP_FAMILY, LAB_PROXY_MODE  the lab the suite brings up
 //	                (default 3 workers, 10.200.1.0/24, dual), as for make lab-up
 //	LAB_PROMETHEUS  0: the suite's lab runs no Prometheus (TestPrometheus* skip)
+//	LAB_DNS         0: the suite's lab runs no DNS host (TestSpreadOneService starts it)
 //	E2E_PROBE       path of e2e-probe (./test/e2e/cmd/e2e-probe) on the client;
 //	                lab: built by the suite; docker: unset means curl loops
 //	E2E_KUBECTL, E2E_HELM  binaries (default bin/kubectl, bin/helm, else PATH)
@@ -162,9 +163,12 @@ func setup(ctx context.Context) (*Env, func(), string, error) {
 		st, _ := lab.ReadState()
 		wasUp := st != nil && st.Ready && lab.Healthy(ctx) == nil
 		start := time.Now()
-		// The suite's lab runs Prometheus (TestPrometheus) unless LAB_PROMETHEUS=0.
+		// The suite's lab runs Prometheus (TestPrometheus) unless
+		// LAB_PROMETHEUS=0, and the DNS host (TestSpreadOneService) unless
+		// LAB_DNS=0.
 		if err := lab.Up(ctx, labctl.UpOptions{Workers: getenvInt("LAB_WORKERS", 3), ServiceCIDR: os.Getenv("LAB_SERVICE_CIDR"),
-			IPFamily: os.Getenv("LAB_IP_FAMILY"), ProxyMode: os.Getenv("LAB_PROXY_MODE"), Prometheus: os.Getenv("LAB_PROMETHEUS") != "0"}); err != nil {
+			IPFamily: os.Getenv("LAB_IP_FAMILY"), ProxyMode: os.Getenv("LAB_PROXY_MODE"), Prometheus: os.Getenv("LAB_PROMETHEUS") != "0",
+			DNS: os.Getenv("LAB_DNS") != "0"}); err != nil {
 			return nil, nil, "", fmt.Errorf("lab up: %w", err)
 		}
 		fmt.Fprintf(os.Stderr, "e2e: lab up in %.1fs\n", time.Since(start).Seconds())
