@@ -50,7 +50,7 @@ type lbFixture struct {
 	// proxies are the nodes whose kube-proxy rules placeBackends waits
 	// for; nil: workers.
 	proxies []string
-	macs     map[string]string
+	macs    map[string]string
 }
 
 // newLBFixture creates the fixture: a pool holding only ip, an advertisement
