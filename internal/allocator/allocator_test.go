@@ -708,6 +708,20 @@ func TestAddressCount(t *testing.T) {
 		}
 		checkInvariants(t, a, true)
 	})
+	t.Run("fewer keeps the lowest it holds", func(t *testing.T) {
+		b := New(ps)
+		if _, _, err := b.Allocate("ns/shrink", Request{Pool: "dual", Count: 3, Families: v4v6, Policy: requir}); err != nil {
+			t.Fatal(err)
+		}
+		got, _, err := b.Allocate("ns/shrink", Request{Pool: "dual", Count: 1, Families: v4v6, Policy: requir})
+		if err != nil || !slices.Equal(got, addrs("10.0.9.0", "fd00:9::")) {
+			t.Fatalf("count 3 -> 1: %v %v, want the first of each family", got, err)
+		}
+		if st := b.PoolStats("dual"); st.AssignedIPv4 != 1 || st.AssignedIPv6 != 1 {
+			t.Fatalf("stats %+v: the other addresses were not released", st)
+		}
+		checkInvariants(t, b, true)
+	})
 	t.Run("restore from status", func(t *testing.T) {
 		b := New(ps)
 		if _, err := b.Assign("ns/three", Request{Count: 3, Families: v4v6, Policy: requir}, ips); err != nil {

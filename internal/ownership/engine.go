@@ -801,7 +801,9 @@ func (e *Engine) Rebalance(n int, keep func(key string) bool) []Change {
 // sorted order; the changes are to be broadcast like any decision.
 func (e *Engine) Spread(n int, keep func(key string) bool) []Change {
 	self := e.opts.Self
-	if n <= 0 || e.opts.Failback == FailbackImmediate || !e.synced || !e.Acting() || !e.placeable(self) {
+	// Without groups (no Service asks for several addresses) there is
+	// nothing to spread, and the owned keys are not sorted every tick.
+	if n <= 0 || len(e.groupKeys) == 0 || e.opts.Failback == FailbackImmediate || !e.synced || !e.Acting() || !e.placeable(self) {
 		return nil
 	}
 	var out []Change
