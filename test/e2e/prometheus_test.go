@@ -254,14 +254,20 @@ func TestPrometheus(t *testing.T) {
 	}
 }
 
+// skipOutsideCI returns t.Skipf, or t.Fatalf in CI, where the suite's own
+// lab provides what a test needs and a skip would hide that it does not.
+func skipOutsideCI(t *testing.T) func(format string, args ...any) {
+	if os.Getenv("CI") == "true" {
+		return t.Fatalf
+	}
+	return t.Skipf
+}
+
 // requirePrometheus returns the lab running Prometheus, or skips the test (fails it
 // in CI, where the suite's own lab runs it).
 func requirePrometheus(t *testing.T, e *Env) *labctl.Lab {
 	t.Helper()
-	skip := t.Skipf
-	if os.Getenv("CI") == "true" {
-		skip = t.Fatalf
-	}
+	skip := skipOutsideCI(t)
 	lh, ok := e.Hosts.(LabHosts)
 	if !ok {
 		skip("needs the lab's Prometheus host (E2E_HOSTS=lab)")

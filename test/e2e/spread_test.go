@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -40,10 +39,7 @@ const (
 // it fails the test.
 func requireDNS(t *testing.T, e *Env) *labctl.Lab {
 	t.Helper()
-	skip := t.Skipf
-	if os.Getenv("CI") == "true" {
-		skip = t.Fatalf
-	}
+	skip := skipOutsideCI(t)
 	lh, ok := e.Hosts.(LabHosts)
 	if !ok {
 		skip("needs the lab's DNS host (E2E_HOSTS=lab)")

@@ -131,26 +131,8 @@ func (l *Lab) EnableDNS(ctx context.Context) error {
 
 // addDNS adds the DNS host, named and external-dns to a running lab.
 func (l *Lab) addDNS(ctx context.Context, topo *labnet.Topology, st *State) error {
-	done := l.step("adding the %s host and starting named and external-dns (%s, zone %s)", labnet.DNSName, DNSServer(), DNSZone)
-	h, _ := topo.Host(labnet.DNSName)
-	if !labnet.NSExists(h.NS()) {
-		if err := topo.BuildHost(ctx, h); err != nil {
-			return err
-		}
-	}
-	client, err := l.Client()
-	if err != nil {
-		return err
-	}
-	if err := l.startDNS(ctx, topo, client); err != nil {
-		return err
-	}
-	st.DNS = true
-	if err := l.writeState(st); err != nil {
-		return err
-	}
-	done()
-	return nil
+	return l.addHost(ctx, topo, st, labnet.DNSName, fmt.Sprintf("named and external-dns (%s, zone %s)", DNSServer(), DNSZone),
+		l.startDNS, func(s *State) { s.DNS = true })
 }
 
 // startDNS writes named's configuration and zone, starts named on the DNS host and waits

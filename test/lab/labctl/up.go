@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/ironlb/ironlb/test/lab/labnet"
 )
 
@@ -268,8 +270,17 @@ func (l *Lab) up(ctx context.Context, topo *labnet.Topology, opts UpOptions) err
 
 // addPrometheus adds the monitoring host and Prometheus to a running lab.
 func (l *Lab) addPrometheus(ctx context.Context, topo *labnet.Topology, st *State) error {
-	done := l.step("adding the %s host and starting Prometheus (%s)", labnet.PrometheusName, PrometheusURL())
-	h, _ := topo.Host(labnet.PrometheusName)
+	return l.addHost(ctx, topo, st, labnet.PrometheusName, fmt.Sprintf("Prometheus (%s)", PrometheusURL()),
+		l.startPrometheus, func(s *State) { s.Prometheus = true })
+}
+
+// addHost adds an opt-in host to a running lab: builds its namespace if it
+// is missing, starts what runs there (start leaves a running process
+// alone), and records it in the state (mark).
+func (l *Lab) addHost(ctx context.Context, topo *labnet.Topology, st *State, host, what string,
+	start func(context.Context, *labnet.Topology, kubernetes.Interface) error, mark func(*State)) error {
+	done := l.step("adding the %s host and starting %s", host, what)
+	h, _ := topo.Host(host)
 	if !labnet.NSExists(h.NS()) {
 		if err := topo.BuildHost(ctx, h); err != nil {
 			return err
@@ -279,10 +290,10 @@ func (l *Lab) addPrometheus(ctx context.Context, topo *labnet.Topology, st *Stat
 	if err != nil {
 		return err
 	}
-	if err := l.startPrometheus(ctx, topo, client); err != nil {
+	if err := start(ctx, topo, client); err != nil {
 		return err
 	}
-	st.Prometheus = true
+	mark(st)
 	if err := l.writeState(st); err != nil {
 		return err
 	}
