@@ -225,6 +225,104 @@ func TestSpreadOneService(t *testing.T) {
 	}
 	restored = true
 	e.waitSpeakerRestarted(t, victim, speakerBefore)
+
+	// Fewer eligible nodes than slots: two slots share a node, which an
+	// AddressesShareNode event says; once the nodes are eligible again the
+	// node holding two gives one away. Every move is planned: no
+	// connection to any of the addresses breaks.
+	e.spreadBack(t, sp, macs)
+}
+
+// spreadBack labels all but two nodes exclude-from-external-load-balancers,
+// so that the Service's three slots share two nodes, then removes the
+// labels: the slots spread over three nodes again, by planned moves that
+// break no keep-alive connection and fail no new one.
+func (e *Env) spreadBack(t *testing.T, sp *spreadService, macs map[string]string) {
+	ctx := ctxT(t)
+	tp := e.topology(t)
+	now := e.waitSpread(t, sp, spreadCount)
+	var v4 []string
+	for _, ip := range sp.ips {
+		if netip.MustParseAddr(ip).Is4() {
+			v4 = append(v4, ip)
+		}
+	}
+	// Keep the announcer of the first slot, and one node announcing none.
+	keep := []string{now[v4[0]]}
+	for _, n := range tp.nodes {
+		if !slices.Contains(slices.Collect(maps.Values(now)), n) {
+			keep = append(keep, n)
+			break
+		}
+	}
+	excluded := without(tp.nodes, keep...)
+	var traffic []*traffic
+	for _, ip := range v4 {
+		traffic = append(traffic, e.startTrafficEvery(t, ip, 100*time.Millisecond))
+	}
+	t.Logf("excluding %v: %d slots on %v", excluded, spreadCount, keep)
+	for _, n := range excluded {
+		e.setExcludeLabel(t, n, true)
+		t.Cleanup(func() { e.setExcludeLabel(t, n, false) })
+	}
+	shared := e.waitSpread(t, sp, len(keep))
+	t.Logf("announcers while excluded: %v", shared)
+	var svc corev1.Service
+	if err := e.C.Get(ctx, client.ObjectKey{Namespace: "default", Name: sp.f.name}, &svc); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, time.Minute, "an AddressesShareNode event on "+sp.f.name, func() (bool, string) {
+		evs, err := e.serviceEvents(ctx, "default", sp.f.name, speaker.EventAddressesShareNode)
+		if err != nil {
+			return false, err.Error()
+		}
+		evs = slices.DeleteFunc(evs, func(ev corev1.Event) bool { return ev.InvolvedObject.UID != svc.UID })
+		return len(evs) > 0, fmt.Sprintf("%d events", len(evs))
+	})
+	for _, n := range excluded {
+		e.setExcludeLabel(t, n, false)
+	}
+	back := e.waitSpread(t, sp, spreadCount)
+	t.Logf("announcers after the labels are gone: %v", back)
+	for _, ip := range v4 {
+		e.waitNeighbour(t, ip, back[ip], macs)
+	}
+	time.Sleep(settle)
+	for i, tr := range traffic {
+		requireUnbroken(t, fmt.Sprintf("%s while its Service's slots shared nodes and spread back", v4[i]), tr.stop(t))
+	}
+}
+
+// waitSpread waits until every address of the spread Service is announced
+// (ServiceL2Status), each slot by one node, over exactly nodes distinct
+// nodes, and returns the announcer of each address.
+func (e *Env) waitSpread(t testing.TB, sp *spreadService, nodes int) map[string]string {
+	t.Helper()
+	ctx := ctxT(t)
+	slots := speakerSlots(t, sp.ips)
+	owner := map[string]string{}
+	poll(t, 2*time.Minute, fmt.Sprintf("%s's %d address slots announced from %d nodes", sp.f.name, len(slots), nodes), func() (bool, string) {
+		by, err := e.ipAnnouncers(ctx, "default", sp.f.name)
+		if err != nil {
+			return false, err.Error()
+		}
+		clear(owner)
+		for _, sl := range slots {
+			n := by[sl[0]]
+			if len(n) != 1 {
+				return false, fmt.Sprintf("%s listed by %v", sl[0], by)
+			}
+			for _, ip := range sl {
+				if !slices.Equal(by[ip], n) {
+					return false, fmt.Sprintf("slot %v split: %v", sl, by)
+				}
+				owner[ip] = n[0]
+			}
+		}
+		got := slices.Compact(slices.Sorted(maps.Values(owner)))
+		return len(got) == nodes, fmt.Sprintf("announcers %v", by)
+	})
+	return owner
 }
 
 // spreadService is a Service spread over several nodes (newSpreadService).
@@ -278,29 +376,7 @@ func (e *Env) newSpreadService(tb testing.TB, name string, count int, pools []st
 		}
 		return len(sp.ips) == want, fmt.Sprintf("status %v", sp.ips)
 	})
-	slots := speakerSlots(tb, sp.ips)
-	poll(tb, 2*time.Minute, "each address slot announced by its own node (ServiceL2Status)", func() (bool, string) {
-		by, err := e.ipAnnouncers(ctx, "default", name)
-		if err != nil {
-			return false, err.Error()
-		}
-		clear(sp.owner)
-		var nodes []string
-		for _, sl := range slots {
-			n := by[sl[0]]
-			if len(n) != 1 {
-				return false, fmt.Sprintf("%s listed by %v", sl[0], by)
-			}
-			for _, ip := range sl {
-				if !slices.Equal(by[ip], n) {
-					return false, fmt.Sprintf("slot %v split: %v", sl, by)
-				}
-				sp.owner[ip] = n[0]
-			}
-			nodes = append(nodes, n[0])
-		}
-		return len(slices.Compact(slices.Sorted(slices.Values(nodes)))) == count, fmt.Sprintf("announcers %v", by)
-	})
+	sp.owner = e.waitSpread(tb, sp, count)
 	return sp
 }
 
