@@ -243,8 +243,12 @@ func normalize(req Request) (Request, *Error) {
 		}
 	}
 	if out.Policy == corev1.IPFamilyPolicyRequireDualStack && len(out.IPs) > 0 && len(perFamily) == 1 {
+		want := "one requested address per family"
+		if out.Count > 1 {
+			want = fmt.Sprintf("%d requested addresses per family", out.Count)
+		}
 		return out, errorf(ReasonFamilyMismatch, "", out.IPs[0], "",
-			"ipFamilyPolicy RequireDualStack needs requested addresses of both families, got only %s", strings.Trim(fmt.Sprint(out.IPs), "[]"))
+			"ipFamilyPolicy RequireDualStack needs %s, got only %s", want, strings.Trim(fmt.Sprint(out.IPs), "[]"))
 	}
 	out.Ports = nil
 	for _, p := range req.Ports {
