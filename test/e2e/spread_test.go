@@ -233,13 +233,12 @@ func TestSpreadOneService(t *testing.T) {
 	e.spreadBack(t, sp, macs)
 }
 
-// spreadBack labels all but two announcers exclude-from-external-load-balancers,
-// so that the Service's three slots share two nodes, then removes the
-// labels: the slots spread over three nodes again, by planned moves that
-// break no keep-alive connection and fail no new one.
+// spreadBack restricts the Service's advertisement to two of its announcers,
+// so that its three slots share two nodes, then lifts the restriction: the
+// slots spread over three nodes again, by planned moves that break no
+// keep-alive connection and fail no new one.
 func (e *Env) spreadBack(t *testing.T, sp *spreadService, macs map[string]string) {
 	ctx := ctxT(t)
-	tp := e.topology(t)
 	now := e.waitSpread(t, sp, spreadCount)
 	var v4 []string
 	for _, ip := range sp.ips {
@@ -251,20 +250,20 @@ func (e *Env) spreadBack(t *testing.T, sp *spreadService, macs map[string]string
 	// one of them by a planned move, drained there for --drain-timeout,
 	// during which it stays (a second hop would break the connections
 	// still forwarded); the slot that node already had is the one given
-	// away when the labels go.
+	// away when the restriction is lifted.
 	keep := []string{now[v4[0]], now[v4[1]]}
-	excluded := without(tp.nodes, keep...)
 	var traffic []*traffic
 	for _, ip := range v4 {
 		traffic = append(traffic, e.startTrafficEvery(t, ip, 100*time.Millisecond))
 	}
-	t.Logf("excluding %v: %d slots on %v", excluded, spreadCount, keep)
-	for _, n := range excluded {
-		e.setExcludeLabel(t, n, true)
-		t.Cleanup(func() { e.setExcludeLabel(t, n, false) })
-	}
+	// One change of the advertisement, not a label per node: labelled one
+	// after the other, a node could take the slot for a moment and hand it
+	// on, and the second new owner would forward its connections to a node
+	// that has no state for them (a drain is one hop).
+	t.Logf("advertising %s from %v only: %d slots on 2 nodes", sp.f.name, keep, spreadCount)
+	e.setAdvertisementNodes(t, sp.f.name+"-adv", keep)
 	shared := e.waitSpread(t, sp, len(keep))
-	t.Logf("announcers while excluded: %v", shared)
+	t.Logf("announcers while restricted: %v", shared)
 	var svc corev1.Service
 	if err := e.C.Get(ctx, client.ObjectKey{Namespace: "default", Name: sp.f.name}, &svc); err != nil {
 		t.Fatal(err)
@@ -277,11 +276,9 @@ func (e *Env) spreadBack(t *testing.T, sp *spreadService, macs map[string]string
 		evs = slices.DeleteFunc(evs, func(ev corev1.Event) bool { return ev.InvolvedObject.UID != svc.UID })
 		return len(evs) > 0, fmt.Sprintf("%d events", len(evs))
 	})
-	for _, n := range excluded {
-		e.setExcludeLabel(t, n, false)
-	}
+	e.setAdvertisementNodes(t, sp.f.name+"-adv", nil)
 	back := e.waitSpread(t, sp, spreadCount)
-	t.Logf("announcers after the labels are gone: %v", back)
+	t.Logf("announcers once every node is advertised again: %v", back)
 	for _, ip := range v4 {
 		e.waitNeighbour(t, ip, back[ip], macs)
 	}
@@ -412,4 +409,24 @@ func (e *Env) hasIPv6(t testing.TB) bool {
 		}
 	}
 	return false
+}
+
+// setAdvertisementNodes makes the L2Advertisement name select only nodes
+// (nil: every node), in one update.
+func (e *Env) setAdvertisementNodes(t testing.TB, name string, nodes []string) {
+	t.Helper()
+	var adv v1beta1.L2Advertisement
+	if err := e.C.Get(ctxT(t), client.ObjectKey{Namespace: Namespace, Name: name}, &adv); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(adv.DeepCopy())
+	adv.Spec.NodeSelectors = nil
+	if nodes != nil {
+		adv.Spec.NodeSelectors = []metav1.LabelSelector{{MatchExpressions: []metav1.LabelSelectorRequirement{
+			{Key: corev1.LabelHostname, Operator: metav1.LabelSelectorOpIn, Values: nodes},
+		}}}
+	}
+	if err := e.C.Patch(ctxT(t), &adv, patch); err != nil {
+		t.Fatalf("L2Advertisement %s: selecting %v: %v", name, nodes, err)
+	}
 }
