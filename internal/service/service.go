@@ -226,7 +226,7 @@ func RequestedIPs(svc *corev1.Service) (Requested, error) {
 	r := Requested{Annotation: ann, Count: 1}
 	listed := 0 // addresses per family in the annotation
 	if ann.Set && strings.TrimSpace(ann.Value) != "" {
-		ips, per, err := parseIPList(ann.Value, MaxAddressCount)
+		ips, per, err := parseIPList(ann.Value)
 		if err != nil {
 			field := "annotation " + ann.Name
 			return r, fieldError(svc, field, ann.Value, netip.Addr{}, "%s %s: %v", field, textlimit.Quote(ann.Value), err)
@@ -311,18 +311,11 @@ func ParseIP(s string) (netip.Addr, error) {
 	return ip, nil
 }
 
-// ParseIPList parses a comma-separated list of requested addresses, spaces
-// around entries allowed: no empty entry, no address twice, at most one
-// address per family (MetalLB's rule).
-func ParseIPList(v string) ([]netip.Addr, error) {
-	ips, _, err := parseIPList(v, 1)
-	return ips, err
-}
-
-// parseIPList parses a comma-separated list of addresses with at most limit
-// per family, and as many of each family listed. It returns the addresses in
-// the order written and how many there are per family.
-func parseIPList(v string, limit int) ([]netip.Addr, int, error) {
+// parseIPList parses a comma-separated list of requested addresses, spaces
+// around entries allowed: no empty entry, no address twice, at most
+// MaxAddressCount per family, and as many of each family listed. It returns
+// the addresses in the order written and how many there are per family.
+func parseIPList(v string) ([]netip.Addr, int, error) {
 	var ips []netip.Addr
 	var v4, v6 int
 	for _, part := range strings.Split(v, ",") {
@@ -338,17 +331,14 @@ func parseIPList(v string, limit int) ([]netip.Addr, int, error) {
 			if prev == ip {
 				return nil, 0, fmt.Errorf("%s is listed twice", ip)
 			}
-			if limit == 1 && prev.Is4() == ip.Is4() {
-				return nil, 0, fmt.Errorf("at most one address per family, got %s and %s", prev, ip)
-			}
 		}
 		if ip.Is4() {
 			v4++
 		} else {
 			v6++
 		}
-		if v4 > limit || v6 > limit {
-			return nil, 0, fmt.Errorf("at most %d addresses per family (annotation %s)", limit, AnnotationAddressCount)
+		if v4 > MaxAddressCount || v6 > MaxAddressCount {
+			return nil, 0, fmt.Errorf("at most %d addresses per family (annotation %s)", MaxAddressCount, AnnotationAddressCount)
 		}
 		ips = append(ips, ip)
 	}

@@ -2,6 +2,7 @@ package service
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -243,23 +244,31 @@ func TestRequestedPool(t *testing.T) {
 }
 
 func TestParseIPList(t *testing.T) {
+	var tooMany []string // one IPv4 address more than MaxAddressCount
+	for i := range MaxAddressCount + 1 {
+		tooMany = append(tooMany, fmt.Sprintf("10.0.1.%d", i))
+	}
+	many := strings.Join(tooMany, ",")
 	for _, tc := range []struct {
 		in     string
 		want   []netip.Addr
+		per    int
 		errHas string
 	}{
-		{"10.0.0.1", addrs("10.0.0.1"), ""},
-		{" 10.0.0.1 , fd00::1 ", addrs("10.0.0.1", "fd00::1"), ""},
-		{"10.0.0.1,10.0.0.2", nil, "at most one address per family"},
-		{"10.0.0.1,10.0.0.1", nil, "listed twice"},
-		{"10.0.0.1,", nil, "empty entry"},
-		{"fe80::1%eth0", nil, "zoned"},
-		{"::ffff:10.0.0.1", nil, "IPv4-mapped"},
-		{"x", nil, "not an IP address"},
+		{"10.0.0.1", addrs("10.0.0.1"), 1, ""},
+		{" 10.0.0.1 , fd00::1 ", addrs("10.0.0.1", "fd00::1"), 1, ""},
+		{"10.0.0.2,10.0.0.1", addrs("10.0.0.2", "10.0.0.1"), 2, ""},
+		{"10.0.0.1,fd00::1,10.0.0.2", nil, 0, "2 IPv4 and 1 IPv6 addresses: list as many of each family"},
+		{many, nil, 0, fmt.Sprintf("at most %d addresses per family", MaxAddressCount)},
+		{"10.0.0.1,10.0.0.1", nil, 0, "listed twice"},
+		{"10.0.0.1,", nil, 0, "empty entry"},
+		{"fe80::1%eth0", nil, 0, "zoned"},
+		{"::ffff:10.0.0.1", nil, 0, "IPv4-mapped"},
+		{"x", nil, 0, "not an IP address"},
 	} {
-		got, err := ParseIPList(tc.in)
-		if !reflect.DeepEqual(got, tc.want) || (err == nil) != (tc.errHas == "") || (err != nil && !strings.Contains(err.Error(), tc.errHas)) {
-			t.Errorf("ParseIPList(%q) = %v, %v; want %v, error containing %q", tc.in, got, err, tc.want, tc.errHas)
+		got, per, err := parseIPList(tc.in)
+		if !reflect.DeepEqual(got, tc.want) || per != tc.per || (err == nil) != (tc.errHas == "") || (err != nil && !strings.Contains(err.Error(), tc.errHas)) {
+			t.Errorf("parseIPList(%q) = %v, %d, %v; want %v, %d, error containing %q", tc.in, got, per, err, tc.want, tc.per, tc.errHas)
 		}
 	}
 }
