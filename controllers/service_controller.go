@@ -176,9 +176,9 @@ func (r *serviceReconciler) reconcile(ctx context.Context, req reconcile.Request
 		r.events.reset(key, ReasonAllocationFailed)
 	}
 	if len(withdrawn) > 0 {
-		msg := fmt.Sprintf("IP %s is no longer in any IPAddressPool and was withdrawn", joinIPs(withdrawn))
+		msg := fmt.Sprintf("IP %s is no longer in any IPAddressPool and was withdrawn", service.JoinIPs(withdrawn, ", "))
 		if has {
-			msg += fmt.Sprintf("; assigned %s from pool %q instead", joinIPs(ips), pool)
+			msg += fmt.Sprintf("; assigned %s from pool %q instead", service.JoinIPs(ips, ", "), pool)
 		}
 		r.events.emit(key, &svc, corev1.EventTypeWarning, ReasonIPWithdrawn, "Allocate", msg)
 	}
@@ -315,14 +315,6 @@ func poolsOf(a, b string) []string {
 }
 
 func sameIPs(a, b []netip.Addr) bool { return slices.Equal(a, b) }
-
-func joinIPs(ips []netip.Addr) string {
-	s := make([]string, len(ips))
-	for i, ip := range ips {
-		s[i] = ip.String()
-	}
-	return strings.Join(s, ", ")
-}
 
 // quoteIPs formats like MetalLB's event text: ["172.18.255.200"].
 func quoteIPs(ips []netip.Addr) string {

@@ -18,6 +18,7 @@ import (
 	"github.com/ironlb/ironlb/internal/election"
 	"github.com/ironlb/ironlb/internal/layer2"
 	"github.com/ironlb/ironlb/internal/ownership"
+	"github.com/ironlb/ironlb/internal/service"
 	"github.com/ironlb/ironlb/internal/statusview"
 	"github.com/ironlb/ironlb/internal/textlimit"
 )
@@ -663,7 +664,7 @@ func (o *owners) refreshServiceLocked(sc *scope, svc string) {
 		// Anti-affinity places a Service's slots on distinct nodes first:
 		// two here means no other node could take one.
 		msg := fmt.Sprintf("%d of the Service's %d address slots (%s) are announced from node %q: no other eligible node can take one now; they spread again, one a second, once one can",
-			here, len(e.slots), joinIPs(next.ips), o.self)
+			here, len(e.slots), service.JoinIPs(next.ips, ", "), o.self)
 		sc.events = append(sc.events, func() {
 			o.recorder.Eventf(ref, nil, corev1.EventTypeWarning, EventAddressesShareNode, "Announce", "%s", msg)
 		})
@@ -676,7 +677,7 @@ func (o *owners) refreshServiceLocked(sc *scope, svc string) {
 	} else {
 		sc.events = append(sc.events, func() {
 			o.recorder.Eventf(ref, nil, corev1.EventTypeNormal, EventNodeAssigned, "Announce",
-				"announcing %s from node %q with protocol %q", joinIPs(added), o.self, Protocol)
+				"announcing %s from node %q with protocol %q", service.JoinIPs(added, ", "), o.self, Protocol)
 		})
 	}
 	sc.checks = append(sc.checks, announceCheck{svc: svc, ref: ref, announced: announced{ips: added, interfaces: next.interfaces}})
@@ -700,15 +701,6 @@ func filterIPs(all, some []netip.Addr) []netip.Addr {
 		return all
 	}
 	return slices.DeleteFunc(slices.Clone(all), func(ip netip.Addr) bool { return !slices.Contains(some, ip) })
-}
-
-// joinIPs is ips for a message: "10.0.0.1, fd00::1".
-func joinIPs(ips []netip.Addr) string {
-	s := make([]string, 0, len(ips))
-	for _, ip := range ips {
-		s = append(s, ip.String())
-	}
-	return strings.Join(s, ", ")
 }
 
 // announceCheck is a Service newly announced from this node.

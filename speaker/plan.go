@@ -270,13 +270,7 @@ type Want struct {
 }
 
 // StatusIPs is the value of v1beta1.ServiceL2StatusIPsAnnotation.
-func StatusIPs(w Want) string {
-	s := make([]string, 0, len(w.IPs))
-	for _, ip := range w.IPs {
-		s = append(s, ip.String())
-	}
-	return strings.Join(s, ",")
-}
+func StatusIPs(w Want) string { return service.JoinIPs(w.IPs, ",") }
 
 // ParseStatusIPs reads v1beta1.ServiceL2StatusIPsAnnotation; what does not
 // parse is left out (a record written by hand or by another tool).

@@ -311,6 +311,16 @@ func ParseIP(s string) (netip.Addr, error) {
 	return ip, nil
 }
 
+// JoinIPs writes ips in order, separated by sep: "172.18.255.200, fd00::1"
+// in messages, "172.18.255.200,fd00::1" in annotations.
+func JoinIPs(ips []netip.Addr, sep string) string {
+	s := make([]string, len(ips))
+	for i, ip := range ips {
+		s[i] = ip.String()
+	}
+	return strings.Join(s, sep)
+}
+
 // parseIPList parses a comma-separated list of requested addresses, spaces
 // around entries allowed: no empty entry, no address twice, at most
 // MaxAddressCount per family, and as many of each family listed. It returns
