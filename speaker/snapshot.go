@@ -47,7 +47,9 @@ type serviceView struct {
 	epoch      uint64
 	serving    bool
 	announcing bool
-	// slots: each address slot's claim, when the Service has several.
+	// keys are the Service's ownership keys, one per address slot; slots
+	// each slot's claim, when it has several.
+	keys  []string
 	slots []slotView
 }
 
@@ -85,7 +87,7 @@ func (o *owners) view(f statusview.Filter) ownersView {
 		if f.IP != "" && !slices.ContainsFunc(e.in.IPs, func(ip netip.Addr) bool { return ip.String() == f.IP }) {
 			continue
 		}
-		sv := serviceView{name: name, in: e.in, eligible: e.eligible}
+		sv := serviceView{name: name, in: e.in, eligible: e.eligible, keys: e.slotKeys()}
 		a, announcing := o.announced[name]
 		sv.announcing = announcing
 		for _, s := range e.slots {
@@ -180,8 +182,8 @@ func (s *statusSource) Snapshot(ctx context.Context, f statusview.Filter) status
 	keys := map[string]bool{}
 	for _, sv := range v.services {
 		names = append(names, sv.name)
-		for _, s := range sv.in.Slots() {
-			keys[s.Key] = true
+		for _, k := range sv.keys {
+			keys[k] = true
 		}
 	}
 	var excl map[string]map[string]string
